@@ -1,0 +1,31 @@
+# Two commands on a fresh machine:  `make course`  and  `make test`.
+# Both create .venv from the project's own files when it is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# A CPU build of torch, pinned exactly: a looser requirement lets pip pull a CUDA build of several GB.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: course test lint bench clean-venv
+
+$(BIN)/.installed: pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[course,gpu,torch,dev]"
+	touch $@
+
+# Opens the course in JupyterLab on the simulated GPU (no GPU needed).
+course: $(BIN)/.installed
+	MINIALLOC_DEVICE=$${MINIALLOC_DEVICE:-sim} $(BIN)/jupyter lab course/
+
+# The whole test suite: lint, then every test (notebooks included).
+test: $(BIN)/.installed
+	$(BIN)/ruff check minialloc tests bench tools
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/replay.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,39 @@
+"""minialloc: PyTorch's CUDA caching allocator, rule for rule, on a simulated GPU (or a real one).
+
+    >>> import minialloc
+    >>> gpu = minialloc.SimulatedGPU("8GiB")
+    >>> alloc = minialloc.CachingAllocator(gpu)
+    >>> p = alloc.malloc(3 * 2**20)          # 3 MiB: a 20 MiB segment, split
+    >>> minialloc.format_size(alloc.memory_reserved())
+    '20.00 MiB'
+    >>> alloc.free(p)
+"""
+
+from .allocator import CachingAllocator, InvalidPointerError
+from .config import AllocatorConfig, ConfigError
+from .device import DeviceError, DeviceOutOfMemory, SimulatedGPU
+from .oom import OOMReport, OutOfMemoryError
+from .sizes import GiB, KiB, MiB, format_size, parse_size
+from .snapshot import SnapshotError, dump_snapshot, load_snapshot
+from .summary import memory_summary
+
+__all__ = [
+    "AllocatorConfig",
+    "CachingAllocator",
+    "ConfigError",
+    "DeviceError",
+    "DeviceOutOfMemory",
+    "GiB",
+    "InvalidPointerError",
+    "KiB",
+    "MiB",
+    "OOMReport",
+    "OutOfMemoryError",
+    "SimulatedGPU",
+    "SnapshotError",
+    "dump_snapshot",
+    "format_size",
+    "load_snapshot",
+    "memory_summary",
+    "parse_size",
+]

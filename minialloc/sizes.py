@@ -1,0 +1,68 @@
+"""Byte sizes: the allocator's constants, PyTorch's size formatting, and parsing of "8GiB"-style strings.
+
+The constants are those of c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize, kSmallSize, ...), so a reader can
+hold this file beside PyTorch's and check every number.
+"""
+
+from __future__ import annotations
+
+import re
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every request is rounded up to a multiple of this
+K_SMALL_SIZE = 1 * MiB  # kSmallSize: rounded sizes up to this go to the small pool
+K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer: segment size for small-pool requests
+K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: large requests under this share a 20 MiB segment
+K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment size for large requests under 10 MiB
+K_ROUND_LARGE = 2 * MiB  # kRoundLarge: larger requests get a segment rounded up to this
+PAGE_SIZE = 2 * MiB  # the driver hands out physical memory in 2 MiB pages
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": 1024 * GiB,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def format_size(n: int) -> str:
+    """Format a byte count the way PyTorch's OOM message does (format_size in CUDACachingAllocator.cpp).
+
+    Up to 1024 -> "N bytes"; up to 1 MiB -> "x.xx KiB"; up to 1 GiB -> "x.xx MiB"; else "x.xx GiB".
+    The bounds are inclusive, so exactly 1 MiB prints "1024.00 KiB", as PyTorch prints it.
+    """
+    if n <= 1024:
+        return f"{n} bytes"
+    if n <= MiB:
+        return f"{n / KiB:.2f} KiB"
+    if n <= GiB:
+        return f"{n / MiB:.2f} MiB"
+    return f"{n / GiB:.2f} GiB"
+
+
+def parse_size(value: int | str) -> int:
+    """Turn 8589934592, "8GiB", "80GB" or "512 MiB" into a number of bytes.
+
+    Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal ones (KB, MB, GB, TB) powers of 1000, as on a
+    GPU's data sheet ("80GB"). A bad value raises ValueError naming the value and the accepted forms.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"size must be an int or a string like '8GiB', got {type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must be >= 0, got {value}")
+        return value
+    m = _SIZE_RE.match(value)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(
+            f"cannot read size {value!r}: use a number of bytes or a number with a unit "
+            "(B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), e.g. '8GiB' or '80GB'"
+        )
+    n = float(m.group(1)) * _UNITS[unit]
+    if n != int(n):
+        raise ValueError(f"size {value!r} is not a whole number of bytes")
+    return int(n)
