@@ -224,6 +224,7 @@ class CachingAllocator:
         self._allowed = 0  # allowed_memory_maximum
         self._trace: deque[dict] | None = deque(maxlen=DEFAULT_TRACE_ENTRIES)
         self._record_stacks = False
+        self._trace_note = ""  # user_metadata for the trace entries being written
         self._apply_config(self._as_config(config))
 
     # -- configuration ---------------------------------------------------------------------------------------
@@ -349,11 +350,7 @@ class CachingAllocator:
         block.allocated = True
         block.requested_size = orig_size
         self._active[block.ptr] = block
-        stats.increase("allocation", small, 1)
-        stats.increase("allocated_bytes", small, block.size)
-        stats.increase("active", small, 1)
-        stats.increase("active_bytes", small, block.size)
-        stats.increase("requested_bytes", small, orig_size)
+        stats.block_allocated(small, block.size, orig_size)
         if block.size >= self._max_split:
             stats.oversize_allocations.increase(1)
         if self._trace is not None:
@@ -395,9 +392,7 @@ class CachingAllocator:
             if block is None or not block.allocated:
                 raise self._invalid_pointer("free", ptr)
             block.allocated = False
-            small = block.pool.is_small
-            self.stats.decrease("allocation", small, 1)
-            self.stats.decrease("allocated_bytes", small, block.size)
+            self.stats.free_requested(block.pool.is_small, block.size)
             if self._trace is not None:
                 self._record("free_requested", ptr, block.requested_size, block.stream, block.frames)
             if block.size >= self._max_split:
@@ -438,9 +433,7 @@ class CachingAllocator:
                 stats.increase("inactive_split_bytes", small, net_bytes)
             elif net_bytes < 0:
                 stats.decrease("inactive_split_bytes", small, -net_bytes)
-        stats.decrease("active", small, 1)
-        stats.decrease("active_bytes", small, original_size)
-        stats.decrease("requested_bytes", small, requested_size)
+        stats.free_completed(small, original_size, requested_size)
 
     @staticmethod
     def _try_merge_blocks(dst: Block, src: Block | None, pool: BlockPool) -> int:
@@ -606,7 +599,12 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """Return every cached segment that holds no live block to the device (torch.cuda.empty_cache)."""
         with self._lock:
-            self._release_cached_blocks()
+            # the releases it causes are marked in the trace, so a replay can tell them from a malloc's retry
+            self._trace_note = "empty_cache"
+            try:
+                self._release_cached_blocks()
+            finally:
+                self._trace_note = ""
 
     # -- expandable segments -----------------------------------------------------------------------------------
     @staticmethod
@@ -832,7 +830,7 @@ class CachingAllocator:
 
     def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
         entry = {"action": action, "addr": addr, "size": size, "stream": stream,
-                 "time_us": time.time_ns() // 1000, "frames": frames or []}
+                 "time_us": time.time_ns() // 1000, "frames": frames or [], "user_metadata": self._trace_note}
         if action == "oom":
             entry["device_free"] = entry.pop("addr")  # PyTorch names the field so for OOM entries
         assert self._trace is not None
@@ -881,7 +879,7 @@ class CachingAllocator:
                 self._record("snapshot", 0, total_active, 0)
             # PyTorch's entries also carry compile_context and user_metadata; they are constant here
             traces = [
-                dict(e, frames=list(e["frames"]), compile_context="N/A", user_metadata="")
+                dict(e, frames=list(e["frames"]), compile_context="N/A")
                 for e in (self._trace or ())
             ]
             return {

@@ -19,8 +19,9 @@ def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
 
-def run_demo(plot_dir: str | None = None, out=sys.stdout) -> int:
+def run_demo(plot_dir: str | None = None, out=None) -> int:
     """The canonical failure natively, then fixed with expandable segments, then a side-by-side table."""
+    out = out or sys.stdout
     events = canonical_scenario()
     failing = len(events) - 1
     p = lambda *a: print(*a, file=out)  # noqa: E731 - a short local alias keeps the report readable

@@ -11,9 +11,10 @@ Inputs (read_trace):
 A trace becomes a list of workloads.Event, so a generated workload replays the same way.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
-(when PyTorch could reuse it; 'free_requested' when the trace has no completion); a run of segment_free /
-segment_unmap entries that is not part of a malloc (not followed by segment_alloc, segment_map, alloc or oom)
-is an empty_cache() call. So a replay under the run's own config and capacity reproduces its peak reserved.
+(when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request
+that failed, tried again; a run of segment_free / segment_unmap entries that is not part of a malloc is an
+empty_cache() call (see _is_empty_cache). So a replay of a minialloc snapshot under the run's own config and
+capacity reproduces its peak reserved exactly.
 """
 
 from __future__ import annotations
@@ -170,15 +171,29 @@ def events_from_snapshot(snapshot: dict, source: str = "<snapshot>", device: int
                     "(a ring buffer that dropped the start of the run? record with a larger max_entries)"
                 )
             events.append(Event("free", name, label=f"trace entry {i}"))
+        elif action == "oom":
+            # the request that failed in the recorded run: try it again, and free it at once if it fits now,
+            # since nothing after it in the trace could have used it
+            name = f"oom{i}"
+            label = f"trace entry {i}: failed with out of memory in the recorded run"
+            events += [Event("alloc", name, int(entry["size"]), int(entry.get("stream", 0)), label),
+                       Event("free", name, label=label)]
         elif action in ("segment_free", "segment_unmap") and _is_empty_cache(trace, i):
             events.append(Event("empty_cache", label=f"trace entry {i}"))
     return events
 
 
 def _is_empty_cache(trace: list[dict], i: int) -> bool:
-    """A release that starts a run of releases that no malloc follows was an empty_cache() call."""
+    """Was this release the start of an empty_cache() call?
+
+    minialloc marks the entries empty_cache() writes (user_metadata "empty_cache"). In PyTorch's traces a run of
+    releases that no malloc follows is one; a run followed by a new segment could also be a malloc's retry, and
+    is taken as that: replaying the malloc under the same config releases the same blocks anyway.
+    """
     if i > 0 and trace[i - 1].get("action") in ("segment_free", "segment_unmap"):
         return False  # only the first entry of the run stands for the call
+    if trace[i].get("user_metadata") == "empty_cache":
+        return True
     j = i
     while j < len(trace) and trace[j].get("action") in ("segment_free", "segment_unmap"):
         j += 1

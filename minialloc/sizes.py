@@ -62,7 +62,7 @@ def parse_size(value: int | str) -> int:
             f"cannot read size {value!r}: use a number of bytes or a number with a unit "
             "(B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), e.g. '8GiB' or '80GB'"
         )
-    n = float(m.group(1)) * _UNITS[unit]
-    if n != int(n):
+    number, scale = float(m.group(1)), _UNITS[unit]
+    if scale == 1 and number != int(number):
         raise ValueError(f"size {value!r} is not a whole number of bytes")
-    return int(n)
+    return int(number * scale)  # "3.2GiB" is fine: rounded down to whole bytes
