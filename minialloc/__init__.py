@@ -13,22 +13,29 @@ from .allocator import CachingAllocator, InvalidPointerError
 from .config import AllocatorConfig, ConfigError
 from .device import DeviceError, DeviceOutOfMemory, SimulatedGPU
 from .oom import OOMReport, OutOfMemoryError
+from .paging import BlockManager, HostPool, KVCache, KVSpec, OutOfBlocksError, PagingError
 from .sizes import GiB, KiB, MiB, format_size, parse_size
 from .snapshot import SnapshotError, dump_snapshot, load_snapshot
 from .summary import memory_summary
 
 __all__ = [
     "AllocatorConfig",
+    "BlockManager",
     "CachingAllocator",
     "ConfigError",
     "DeviceError",
     "DeviceOutOfMemory",
     "GiB",
+    "HostPool",
     "InvalidPointerError",
+    "KVCache",
+    "KVSpec",
     "KiB",
     "MiB",
     "OOMReport",
+    "OutOfBlocksError",
     "OutOfMemoryError",
+    "PagingError",
     "SimulatedGPU",
     "SnapshotError",
     "dump_snapshot",

@@ -222,7 +222,8 @@ class CachingAllocator:
         self._total_reserved = 0  # total_allocated_memory: bytes held from the device
         self._set_fraction = False
         self._allowed = 0  # allowed_memory_maximum
-        self._trace: deque[dict] | None = deque(maxlen=DEFAULT_TRACE_ENTRIES)
+        # entries are kept as tuples (cheap on the hot path) and become PyTorch's dicts in snapshot()
+        self._trace: deque[tuple] | None = deque(maxlen=DEFAULT_TRACE_ENTRIES)
         self._record_stacks = False
         self._trace_note = ""  # user_metadata for the trace entries being written
         self._apply_config(self._as_config(config))
@@ -254,14 +255,22 @@ class CachingAllocator:
     # -- allocation --------------------------------------------------------------------------------------------
     def malloc(self, size: int, stream: int = 0) -> int:
         """A block of at least `size` bytes usable on `stream` (DeviceCachingAllocator::malloc); its address."""
-        orig_size = _check_size(size)
-        stream = _check_stream(stream)
-        if orig_size == 0:
-            return 0
+        # exact type checks first: they are the cheap common case (bool is an int subclass, and is refused)
+        if type(stream) is not int or stream < 0:
+            _check_stream(stream)
+        if type(size) is not int or size <= 0:
+            if _check_size(size) == 0:
+                return 0  # a null allocation, as PyTorch's allocate(0)
+        orig_size = size
         with self._lock:
             if self._events:
                 self._process_events()
-            size = round_size(orig_size, self.config.roundup_divisions_for(orig_size) if self._any_divisions else 0)
+            if self._any_divisions:
+                size = round_size(size, self.config.roundup_divisions_for(size))
+            elif size < K_MIN_BLOCK_SIZE:
+                size = K_MIN_BLOCK_SIZE
+            else:
+                size = -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE  # round_size without divisions
             pool = self._small if size <= K_SMALL_SIZE else self._large
             alloc_size = get_allocation_size(size)
 
@@ -384,7 +393,8 @@ class CachingAllocator:
     # -- freeing -----------------------------------------------------------------------------------------------
     def free(self, ptr: int) -> None:
         """Return a block to the cache (DeviceCachingAllocator::free). The device gets it back only on release."""
-        ptr = _check_ptr(ptr)
+        if type(ptr) is not int:
+            _check_ptr(ptr)
         if ptr == 0:
             return
         with self._lock:
@@ -413,10 +423,11 @@ class CachingAllocator:
         del self._active[block.ptr]
         net_blocks = net_bytes = 0
         for candidate in (block.prev, block.next):
-            subsumed = self._try_merge_blocks(block, candidate, pool)
-            if subsumed:
-                net_blocks -= 1
-                net_bytes -= subsumed
+            if candidate is not None and not candidate.allocated:
+                subsumed = self._try_merge_blocks(block, candidate, pool)
+                if subsumed:
+                    net_blocks -= 1
+                    net_bytes -= subsumed
         pool.insert(block)
         if block.is_split():
             net_blocks += 1
@@ -829,12 +840,15 @@ class CachingAllocator:
             self._record_stacks = on and stacks
 
     def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
-        entry = {"action": action, "addr": addr, "size": size, "stream": stream,
-                 "time_us": time.time_ns() // 1000, "frames": frames or [], "user_metadata": self._trace_note}
-        if action == "oom":
-            entry["device_free"] = entry.pop("addr")  # PyTorch names the field so for OOM entries
-        assert self._trace is not None
-        self._trace.append(entry)
+        self._trace.append((action, addr, size, stream, time.time_ns() // 1000, frames, self._trace_note))  # type: ignore[union-attr]
+
+    @staticmethod
+    def _trace_entry(t: tuple) -> dict:
+        action, addr, size, stream, time_us, frames, note = t
+        # PyTorch names the address field device_free in OOM entries
+        return {"action": action, "device_free" if action == "oom" else "addr": addr, "size": size,
+                "stream": stream, "time_us": time_us, "frames": list(frames or ()), "compile_context": "N/A",
+                "user_metadata": note}
 
     def _all_blocks(self) -> Iterator[Block]:
         """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
@@ -877,11 +891,7 @@ class CachingAllocator:
             segments.sort(key=lambda s: s["address"])
             if self._trace is not None:
                 self._record("snapshot", 0, total_active, 0)
-            # PyTorch's entries also carry compile_context and user_metadata; they are constant here
-            traces = [
-                dict(e, frames=list(e["frames"]), compile_context="N/A")
-                for e in (self._trace or ())
-            ]
+            traces = [self._trace_entry(t) for t in (self._trace or ())]
             return {
                 "segments": segments,
                 "device_traces": [traces],

@@ -131,6 +131,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve-sim"]:  # its options belong to serving.main: hand them over whole
+        from .serving import main as serve_main
+
+        return serve_main(argv[1:])
     parser = argparse.ArgumentParser(prog="minialloc", description="PyTorch's caching allocator, on a simulated GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help='the "5 GB free, can\'t allocate 2 GB" failure, and its fix')
@@ -143,8 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot = sub.add_parser("plot", help="draw a snapshot's segment map and timeline as PNG and SVG")
     plot.add_argument("file")
     plot.add_argument("-o", "--out", required=True, metavar="DIR")
-    serve = sub.add_parser("serve-sim", help="contiguous vs paged KV cache on the same serving trace")
-    serve.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("serve-sim", help="contiguous vs paged KV cache on the same serving trace (see serve-sim --help)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return run_demo(args.plot)
@@ -154,10 +158,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .viz import plot_main
 
         return plot_main([args.file, "-o", args.out])
-    if args.command == "serve-sim":
-        from .serving import main as serve_main
-
-        return serve_main(args.rest)
     return 2
 
 
