@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # A CPU build of torch, pinned exactly: a looser requirement lets pip pull a CUDA build of several GB.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: course test lint bench clean-venv
+.PHONY: course test lint bench gpu-check clean-venv
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,7 @@ bench: $(BIN)/.installed
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The GPU checks on a GPU machine; --dry-run runs their CPU side anywhere (CI runs that through the tests).
+gpu-check: $(BIN)/.installed
+	PYTHON=$(BIN)/python tools/gpu_check.sh

@@ -10,7 +10,9 @@
 """
 
 from .allocator import CachingAllocator, InvalidPointerError
+from .backends import default_device
 from .config import AllocatorConfig, ConfigError
+from .cuda_device import CudaGPU, NoCudaGPU
 from .device import DeviceError, DeviceOutOfMemory, SimulatedGPU
 from .oom import OOMReport, OutOfMemoryError
 from .paging import BlockManager, HostPool, KVCache, KVSpec, OutOfBlocksError, PagingError
@@ -23,6 +25,7 @@ __all__ = [
     "BlockManager",
     "CachingAllocator",
     "ConfigError",
+    "CudaGPU",
     "DeviceError",
     "DeviceOutOfMemory",
     "GiB",
@@ -32,12 +35,14 @@ __all__ = [
     "KVSpec",
     "KiB",
     "MiB",
+    "NoCudaGPU",
     "OOMReport",
     "OutOfBlocksError",
     "OutOfMemoryError",
     "PagingError",
     "SimulatedGPU",
     "SnapshotError",
+    "default_device",
     "dump_snapshot",
     "format_size",
     "load_snapshot",

@@ -1,0 +1,464 @@
+"""minialloc's GPU check: one run on a GPU machine, one table. Run it as tools/gpu_check.sh [--dry-run].
+
+What it checks, each as a row of the table:
+1. each CUDA kernel against its NumPy twin, on poisoned random inputs: on the CPU through the emulation
+   header (always), and on the GPU through CuPy;
+2. the canonical scenario ("5 GB free, can't allocate 2 GB" on an 8 GiB card): minialloc's prediction on
+   SimulatedGPU, then real PyTorch in fresh processes with torch.cuda.set_per_process_memory_fraction making an
+   8 GiB card: natively it must raise torch.OutOfMemoryError, with reserved and allocated bytes equal to
+   minialloc's after every event; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True it must fit;
+3. minialloc itself on the real GPU (CudaGPU): the scenario with cudaMalloc and with real cuMemMap, and
+   randomized traces with check_invariants after every step and every block filled with its own pattern and
+   verified before it is freed (a block handed out twice shows as a corrupted pattern);
+4. the cost of one malloc or free: minialloc (simulated and real), PyTorch's allocator, CuPy's pool.
+
+--dry-run does every CPU-side part (emulated kernels, the prediction, minialloc's own cost) and marks the GPU rows
+"skipped". The exit status is 1 when any row FAILs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # gpu_check.sh sets PYTHONPATH; this keeps `python3 tools/gpu_check.py` working
+    sys.path.insert(0, str(ROOT))
+
+from minialloc import CachingAllocator, OutOfMemoryError, SimulatedGPU, format_size  # noqa: E402
+from minialloc.sizes import GiB, MiB  # noqa: E402
+
+BUDGET = 8 * GiB  # the card the scenario is about
+CHILD_TIMEOUT_S = 240
+
+
+class Op(NamedTuple):
+    """One trace event, with the fields of minialloc.workloads.Event that the check uses."""
+
+    op: str  # "alloc", "free" or "empty_cache"
+    name: str = ""
+    size: int = 0
+    stream: int = 0
+    label: str = ""
+
+
+class Row(NamedTuple):
+    check: str
+    result: str  # PASS, FAIL, info, or "skipped: <why>"
+    detail: str
+
+
+def local_canonical_scenario() -> list[Op]:
+    """Fragment an 8 GiB budget: 14 x 512 MiB segments, each left holding one live 160 MiB block between free
+    pieces (4.81 GiB free in all, in 160 and 192 MiB pieces), then ask for 2 GiB. Used when
+    minialloc.workloads is missing."""
+    ops = [Op("alloc", f"big{i}", 512 * MiB) for i in range(14)] + [Op("free", f"big{i}") for i in range(14)]
+    ops += [Op("alloc", f"t{i}", 160 * MiB) for i in range(42)]
+    ops += [Op("free", f"t{i}") for i in range(42) if i % 3 != 1]
+    return ops + [Op("alloc", "grad", 2 * GiB, label="the 2 GiB request")]
+
+
+def canonical_scenario() -> tuple[str, list[Op], int]:
+    """(where it came from, events, capacity): minialloc.workloads' scenario when there is one."""
+    try:
+        from minialloc import workloads
+    except ImportError:
+        return "local trace (minialloc.workloads absent)", local_canonical_scenario(), BUDGET
+    events = [Op(e.op, e.name, e.size, getattr(e, "stream", 0), getattr(e, "label", ""))
+              for e in workloads.canonical_scenario()]
+    return "minialloc.workloads.canonical_scenario()", events, getattr(workloads, "CANONICAL_CAPACITY", BUDGET)
+
+
+def random_trace(n: int, seed: int, max_size: int = 16 * MiB, max_live: int = 256) -> list[Op]:
+    """Allocations of log-uniform sizes (512 B to max_size) and frees of random live blocks."""
+    rng = random.Random(seed)
+    ops: list[Op] = []
+    live: list[str] = []
+    for i in range(n):
+        if live and (len(live) >= max_live or rng.random() < 0.45):
+            ops.append(Op("free", live.pop(rng.randrange(len(live)))))
+        else:
+            size = int(math.exp(rng.uniform(math.log(512), math.log(max_size))))
+            ops.append(Op("alloc", f"r{i}", size))
+            live.append(f"r{i}")
+    return ops + [Op("free", name) for name in live]
+
+
+# -- replaying a trace -----------------------------------------------------------------------------------------------
+class Replay(NamedTuple):
+    samples: list[tuple[int, int]]  # (allocated, reserved) after every event
+    first_oom: int | None
+    message: str
+
+
+def replay(ops: Sequence[Op], malloc: Callable[[Op], Any], free: Callable[[Any], None],
+           empty_cache: Callable[[], None], stats: Callable[[], tuple[int, int]], oom: type[BaseException],
+           after: Callable[[], None] = lambda: None) -> Replay:
+    """Run ops; an allocation that fails with `oom` is skipped (and its free too), the run goes on."""
+    live: dict[str, Any] = {}
+    samples: list[tuple[int, int]] = []
+    first_oom: int | None = None
+    message = ""
+    for i, ev in enumerate(ops):
+        if ev.op == "alloc":
+            try:
+                live[ev.name] = malloc(ev)
+            except oom as e:
+                if first_oom is None:
+                    first_oom, message = i, str(e).splitlines()[0]
+        elif ev.op == "free":
+            if ev.name in live:
+                free(live.pop(ev.name))
+        elif ev.op == "empty_cache":
+            empty_cache()
+        samples.append(stats())
+        after()
+    for handle in live.values():
+        free(handle)
+    return Replay(samples, first_oom, message)
+
+
+def replay_minialloc(ops: Sequence[Op], alloc: CachingAllocator, on_alloc=None, on_free=None,
+                     check: bool = False) -> Replay:
+    """Replay on a minialloc allocator; on_alloc(ptr, op) / on_free(ptr, op) touch the memory when given."""
+    sizes: dict[int, Op] = {}
+
+    def malloc(ev: Op) -> int:
+        ptr = alloc.malloc(ev.size, ev.stream)
+        sizes[ptr] = ev
+        if on_alloc is not None:
+            on_alloc(ptr, ev)
+        return ptr
+
+    def free(ptr: int) -> None:
+        if on_free is not None:
+            on_free(ptr, sizes[ptr])
+        alloc.free(ptr)
+
+    return replay(ops, malloc, free, alloc.empty_cache, lambda: (alloc.memory_allocated(), alloc.memory_reserved()),
+                  OutOfMemoryError, alloc.check_invariants if check else lambda: None)
+
+
+def predict(ops: Sequence[Op], capacity: int, config: str, fraction: float | None = None) -> Replay:
+    """minialloc's prediction on a simulated GPU (optionally capped by a memory fraction, as PyTorch is)."""
+    alloc = CachingAllocator(SimulatedGPU(capacity), config)
+    alloc.record_memory_history(enabled=False)
+    if fraction is not None:
+        alloc.set_per_process_memory_fraction(fraction)
+    return replay_minialloc(ops, alloc)
+
+
+def first_difference(a: Replay, b: Replay, names: tuple[str, str]) -> str | None:
+    """None when two replays agree at every event, else where they first part."""
+    if a.first_oom != b.first_oom:
+        return f"first OOM at event {a.first_oom} ({names[0]}) vs {b.first_oom} ({names[1]})"
+    for i, (x, y) in enumerate(zip(a.samples, b.samples, strict=True)):
+        if x != y:
+            return (f"event {i}: {names[0]} allocated/reserved {format_size(x[0])}/{format_size(x[1])}, "
+                    f"{names[1]} {format_size(y[0])}/{format_size(y[1])}")
+    return None
+
+
+def time_per_op(ops: Sequence[Op], malloc: Callable[[int], Any], free: Callable[[Any], None]) -> float:
+    """Microseconds per malloc or free over the second of two passes (the first fills the cache)."""
+    elapsed = 0.0
+    for _ in range(2):
+        live: dict[str, Any] = {}
+        start = time.perf_counter()
+        for ev in ops:
+            if ev.op == "alloc":
+                live[ev.name] = malloc(ev.size)
+            else:
+                free(live.pop(ev.name))
+        elapsed = time.perf_counter() - start
+    return elapsed / len(ops) * 1e6
+
+
+# -- the rows --------------------------------------------------------------------------------------------------------
+def _kernel_label(name: str) -> str:
+    return "move (block_copy launches in plan order)" if name == "move" else f"kernel {name}"
+
+
+def kernel_rows_cpu() -> list[Row]:
+    from minialloc.kernels.check import compare_with_reference
+    from minialloc.kernels.emulation import EmulatedKernels, EmulationUnavailable
+
+    orders = (0, 1, 20240607)  # in order, reversed, shuffled
+    try:
+        runs = [compare_with_reference(EmulatedKernels.build(order=o), seed=i) for i, o in enumerate(orders)]
+    except EmulationUnavailable as e:
+        return [Row("kernels: CPU emulation vs NumPy", f"skipped: {e}", "")]
+    rows = []
+    for checks in zip(*runs, strict=True):
+        err = max(c.max_abs_error for c in checks)
+        failure = next((c.first_failure for c in checks if c.first_failure), "")
+        rows.append(Row(f"{_kernel_label(checks[0].kernel)}: CPU emulation vs NumPy", "PASS" if err == 0 else "FAIL",
+                        f"{sum(c.cases for c in checks)} cases, 3 thread orders, poisoned outputs, "
+                        f"max abs err {err}" + (f"; first: {failure}" if failure else "")))
+    return rows
+
+
+def kernel_rows_gpu() -> list[Row]:
+    import cupy
+    import numpy as np
+
+    from minialloc.kernels.check import compare_with_reference
+    from minialloc.kernels.gpu import CupyKernels
+
+    kernels = CupyKernels()
+    rows = []
+    for c in compare_with_reference(kernels, seed=7, rounds=32, max_size=4 * MiB):
+        rows.append(Row(f"{_kernel_label(c.kernel)}: GPU vs NumPy", "PASS" if c.max_abs_error == 0 else "FAIL",
+                        f"{c.cases} cases up to 4 MiB, poisoned outputs, max abs err {c.max_abs_error}"
+                        + (f"; first: {c.first_failure}" if c.first_failure else "")))
+    # one big range with the default launch shape (grid capped, so each thread strides 1000+ times)
+    n = 256 * MiB + 3
+    buf = cupy.zeros(n, cupy.uint8)
+    kernels.fill(buf, 0, n, 0xDBDBDBDB)
+    buf[n - 2] = 0
+    found = kernels.guard_check(buf, 0, n, 0xDBDBDBDB)
+    ok = found == n - 2 and int(cupy.count_nonzero(buf != np.uint8(0xDB))) == 1
+    rows.append(Row("kernels fill + guard_check on 256 MiB + 3 B", "PASS" if ok else "FAIL",
+                    f"guard_check found offset {found}, planted at {n - 2}"))
+    return rows
+
+
+def prediction_rows(source: str, ops: list[Op], capacity: int) -> list[Row]:
+    native = predict(ops, capacity, "")
+    expandable = predict(ops, capacity, "expandable_segments:True")
+    ok = native.first_oom is not None and expandable.first_oom is None
+    detail = "native fits: the scenario does not fail"
+    if native.first_oom is not None:
+        ev = ops[native.first_oom]
+        allocated, reserved = native.samples[native.first_oom]
+        detail = (f"native: OOM at event {native.first_oom}/{len(ops)} asking {format_size(ev.size)} with "
+                  f"{format_size(reserved - allocated)} reserved but free; expandable_segments: "
+                  + ("fits" if expandable.first_oom is None else f"OOM at event {expandable.first_oom}"))
+    return [Row(f"scenario on SimulatedGPU {format_size(capacity)}", "PASS" if ok else "FAIL",
+                f"{source}, {len(ops)} events; {detail}")]
+
+
+def torch_child(mode: str, budget: int) -> None:
+    """Run in a fresh process: the scenario under PyTorch with an 8 GiB fraction, then (native) the cost trace."""
+    import torch
+
+    ops = [Op(*e) for e in json.loads(sys.stdin.read())]
+    total = torch.cuda.mem_get_info()[1]
+    fraction = budget / total
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    result = replay(
+        ops,
+        lambda ev: torch.empty(ev.size, dtype=torch.uint8, device="cuda"),
+        lambda tensor: None,  # the tensor dies when replay drops it from its table
+        torch.cuda.empty_cache,
+        lambda: (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()),
+        torch.OutOfMemoryError,
+    )
+    out: dict[str, Any] = {"total": total, "fraction": fraction, "samples": result.samples,
+                           "first_oom": result.first_oom, "message": result.message}
+    if mode == "native":
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        out["us_per_op"] = time_per_op(random_trace(20000, seed=3), torch.cuda.caching_allocator_alloc,
+                                       torch.cuda.caching_allocator_delete)
+    print(json.dumps(out))
+
+
+def run_torch(mode: str, ops: list[Op]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    if mode == "expandable":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    proc = subprocess.run([sys.executable, __file__, "--torch-child", mode], input=json.dumps(ops), env=env,
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torch child ({mode}) exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["replay"] = Replay([tuple(s) for s in out["samples"]], out["first_oom"], out["message"])
+    return out
+
+
+def torch_rows(ops: list[Op], budget: int) -> tuple[list[Row], float | None]:
+    rows = []
+    native = run_torch("native", ops)
+    expandable = run_torch("expandable", ops)
+    total, fraction = native["total"], native["fraction"]
+    card = f"{format_size(budget)} of {format_size(total)} by memory fraction {fraction:.4f}"
+    t = native["replay"]
+    rows.append(Row(f"PyTorch native, {card}", "PASS" if t.first_oom is not None else "FAIL",
+                    f"torch.OutOfMemoryError at event {t.first_oom}: {t.message[:90]}" if t.first_oom is not None
+                    else "no OutOfMemoryError: the trace fit"))
+    for mode, run in (("native", native), ("expandable", expandable)):
+        config = "expandable_segments:True" if mode == "expandable" else ""
+        diff = first_difference(predict(ops, total, config, fraction), run["replay"], ("minialloc", "torch"))
+        rows.append(Row(f"minialloc prediction = PyTorch {mode}, every event", "PASS" if diff is None else "FAIL",
+                        diff or f"reserved and allocated equal after all {len(ops)} events"))
+    e = expandable["replay"]
+    rows.append(Row("PyTorch expandable_segments:True (fresh process)", "PASS" if e.first_oom is None else "FAIL",
+                    "fits" if e.first_oom is None else f"OOM at event {e.first_oom}: {e.message[:90]}"))
+    return rows, native.get("us_per_op")
+
+
+class PatternChecker:
+    """Fill each block with its own pattern when it is handed out; check the pattern is intact when it is freed.
+    Two live blocks sharing a byte, or a block handed out twice, show as a corrupted pattern."""
+
+    def __init__(self, gpu: Any) -> None:
+        from minialloc.cupy_allocator import as_cupy_array
+
+        self.gpu, self.view = gpu, as_cupy_array
+        self.patterns: dict[int, int] = {}
+        self.corrupted: list[str] = []
+
+    def on_alloc(self, ptr: int, ev: Op) -> None:
+        self.patterns[ptr] = zlib.crc32(ev.name.encode()) | 1  # never 0, the pattern of fresh memory
+        self.gpu.kernels(ev.stream).fill(self.view(ptr, ev.size, self.gpu.index), 0, ev.size, self.patterns[ptr])
+
+    def on_free(self, ptr: int, ev: Op) -> None:
+        bad = self.gpu.kernels(ev.stream).guard_check(self.view(ptr, ev.size, self.gpu.index), 0, ev.size,
+                                                      self.patterns.pop(ptr))
+        if bad >= 0:
+            self.corrupted.append(f"{ev.name} corrupted at offset {bad}")
+
+
+def cudagpu_row(config: str, name: str, trace: list[Op], budget: int, want_oom: bool | None) -> Row:
+    """Replay on CudaGPU(limit=budget), invariants after every event; when want_oom is given, the run must also
+    equal the SimulatedGPU prediction event by event and fail (or fit) as the scenario says."""
+    from minialloc.cuda_device import CudaGPU
+
+    gpu = CudaGPU(limit=budget)
+    alloc = CachingAllocator(gpu, config)
+    checker = PatternChecker(gpu)
+    result = replay_minialloc(trace, alloc, checker.on_alloc, checker.on_free, check=True)
+    problems = checker.corrupted[:3]
+    if want_oom is not None:
+        diff = first_difference(result, predict(trace, budget, config), ("CudaGPU", "SimulatedGPU"))
+        if diff:
+            problems.append(diff)
+        if (result.first_oom is not None) != want_oom:
+            problems.append(f"first OOM at event {result.first_oom}, expected {'one' if want_oom else 'none'}")
+    alloc.empty_cache()
+    if alloc.memory_reserved() or gpu.used_bytes or gpu.mapped_pages:
+        problems.append(f"after empty_cache: reserved {alloc.memory_reserved()}, device holds {gpu.used_bytes}, "
+                        f"{gpu.mapped_pages} pages mapped")
+    how = "cuMemMap, expandable" if config else "cudaMalloc"
+    detail = f"{len(trace)} events, invariants after each, block patterns intact, all memory returned"
+    if want_oom is None:
+        detail += f", {alloc.memory_stats()['num_ooms']} OOMs on the way"
+    else:
+        detail += "; equal to SimulatedGPU at every event"
+    return Row(f"minialloc on CudaGPU ({how}): {name}", "FAIL" if problems else "PASS",
+               "; ".join(problems) or detail)
+
+
+def cudagpu_rows(ops: list[Op], budget: int) -> list[Row]:
+    trace = random_trace(3000, seed=11, max_size=256 * MiB, max_live=64)
+    rows = []
+    for config in ("", "expandable_segments:True"):
+        rows.append(cudagpu_row(config, "scenario", ops, budget, want_oom=not config))
+        rows.append(cudagpu_row(config, "random trace", trace, budget, want_oom=None))
+    return rows
+
+
+def cost_rows(gpu_ok: bool, torch_us: float | None) -> list[Row]:
+    ops = random_trace(20000, seed=3)
+    alloc = CachingAllocator(SimulatedGPU("80GiB"))
+    alloc.record_memory_history(enabled=False)
+    rows = [Row("cost: minialloc on SimulatedGPU", "info",
+                f"{time_per_op(ops, alloc.malloc, alloc.free):.2f} us per malloc or free ({len(ops)} ops, warm)")]
+    if not gpu_ok:
+        return rows
+    import cupy
+
+    from minialloc.cuda_device import CudaGPU
+
+    alloc = CachingAllocator(CudaGPU())
+    alloc.record_memory_history(enabled=False)
+    rows.append(Row("cost: minialloc on CudaGPU", "info",
+                    f"{time_per_op(ops, alloc.malloc, alloc.free):.2f} us per malloc or free"))
+    alloc.empty_cache()
+    if torch_us is not None:
+        rows.append(Row("cost: PyTorch caching allocator", "info", f"{torch_us:.2f} us per malloc or free"))
+    pool = cupy.cuda.MemoryPool()
+    rows.append(Row("cost: CuPy MemoryPool", "info",
+                    f"{time_per_op(ops, pool.malloc, lambda mp: None):.2f} us per malloc or free"))
+    pool.free_all_blocks()
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    w1 = max(len(r.check) for r in rows)
+    w2 = max(len(r.result) for r in rows)
+    rule = "-" * (w1 + w2 + 60)
+    print(rule)
+    print(f"{'check':<{w1}}  {'result':<{w2}}  detail")
+    print(rule)
+    for r in rows:
+        print(f"{r.check:<{w1}}  {r.result:<{w2}}  {r.detail}")
+    print(rule)
+
+
+def guarded(rows: list[Row], name: str, fn: Callable[[], list[Row]]) -> None:
+    """Run one section; an exception becomes a FAIL row instead of ending the check."""
+    try:
+        rows.extend(fn())
+    except Exception as e:  # every failure must reach the table, not end the run
+        rows.append(Row(name, "FAIL", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU-side parts only; GPU rows are skipped")
+    parser.add_argument("--torch-child", choices=("native", "expandable"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.torch_child:
+        torch_child(args.torch_child, BUDGET)
+        return 0
+
+    from minialloc.cuda_device import cuda_unavailable_reason
+
+    start = time.perf_counter()
+    reason = cuda_unavailable_reason()
+    gpu_ok = reason is None and not args.dry_run
+    skip = "skipped: no GPU" if reason is not None else "skipped: dry run"
+    source, ops, capacity = canonical_scenario()
+    rows: list[Row] = []
+    guarded(rows, "kernels: CPU emulation", kernel_rows_cpu)
+    guarded(rows, "scenario prediction", lambda: prediction_rows(source, ops, capacity))
+    torch_us = None
+    if gpu_ok:
+        guarded(rows, "kernels on the GPU", kernel_rows_gpu)
+
+        def torch_section() -> list[Row]:
+            nonlocal torch_us
+            torch_rows_, torch_us = torch_rows(ops, capacity)
+            return torch_rows_
+
+        guarded(rows, "PyTorch", torch_section)
+        guarded(rows, "minialloc on CudaGPU", lambda: cudagpu_rows(ops, capacity))
+    else:
+        for i, name in enumerate(("kernels: GPU vs NumPy", "PyTorch native vs minialloc prediction",
+                     "PyTorch expandable_segments:True", "minialloc on CudaGPU (cudaMalloc and cuMemMap)",
+                     "cost: PyTorch allocator, CuPy pool, minialloc on CudaGPU")):
+            rows.append(Row(name, skip, (reason or "") if i == 0 else ""))
+    guarded(rows, "cost", lambda: cost_rows(gpu_ok, torch_us))
+    print_table(rows)
+    failed = sum(r.result == "FAIL" for r in rows)
+    print(f"{len(rows)} rows, {failed} failed, {time.perf_counter() - start:.1f} s")
+    if not gpu_ok and not args.dry_run:
+        print(f"no GPU here ({reason}): the GPU rows did not run; use --dry-run for the CPU-side parts")
+        return 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
