@@ -1,0 +1,143 @@
+"""Pictures on disk: PNG and SVG files, `minialloc plot FILE -o DIR`, and PyTorch's own HTML trace viewer."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ..sizes import parse_size
+from ._common import VizInputError, discard, resolve
+from .segment_map import plot_segment_map, plot_side_by_side
+from .timeline import plot_timeline
+
+FORMATS = ("png", "svg")
+
+
+def save_plots(
+    source: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    device_free: int | None = None,
+    max_rows: int = 40,
+    formats: Sequence[str] = FORMATS,
+    dpi: int = 110,
+    prefix: str = "",
+) -> list[Path]:
+    """Write segment_map.{png,svg} and timeline.{png,svg} for a snapshot dict, an allocator or a snapshot
+    pickle's path into out_dir (created if needed), each name preceded by `prefix`. Returns the paths
+    written, in that order."""
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise VizInputError(f"unknown format {fmt!r}: use {' or '.join(FORMATS)}")
+    src = resolve(source, device_free=device_free)  # once: an allocator's .snapshot() is taken a single time
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    figures = (("segment_map", plot_segment_map(src, max_rows=max_rows)), ("timeline", plot_timeline(src)))
+    for name, fig in figures:
+        for fmt in formats:
+            path = out / f"{prefix}{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=dpi)
+            written.append(path)
+        discard(fig)  # written to files, not shown: in a notebook the cell would show it as well
+    return written
+
+
+def save_demo_plots(
+    native: Any,
+    expandable: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    titles: tuple[str, str] = ("native", "expandable segments"),
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """The demo's pictures: both configurations' segment maps side by side (side_by_side.png/.svg), then
+    each one's segment map and timeline (native_*.png, expandable_*.png, ...). Takes two allocators (or
+    snapshots) that ran the same workload. Returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sources = [resolve(native), resolve(expandable)]  # one .snapshot() each, shared by every picture
+    fig = plot_side_by_side(sources[0], sources[1], titles, title="one workload under two configurations")
+    written = []
+    for fmt in formats:
+        path = out / f"side_by_side.{fmt}"
+        fig.savefig(path, format=fmt, dpi=110)
+        written.append(path)
+    discard(fig)
+    for src, prefix in zip(sources, ("native_", "expandable_"), strict=True):
+        written += save_plots(src, out, formats=formats, prefix=prefix)
+    return written
+
+
+def figure_png(fig: Figure, dpi: int = 90) -> bytes:
+    """The figure as PNG bytes; the figure is then discarded (see discard)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    discard(fig)
+    return buf.getvalue()
+
+
+def write_trace_plot_html(
+    source: Any, path: str | os.PathLike[str], *, plot_segments: bool = False, static_pictures: bool = True
+) -> Path:
+    """Write PyTorch's memory viewer (torch.cuda._memory_viz.trace_plot) for minialloc's snapshot to path.
+
+    The page embeds the pickled snapshot and loads PyTorch's MemoryViz.js from a CDN, so it needs a network
+    connection to draw. With static_pictures, a collapsed section under the viewer holds minialloc's segment
+    map and timeline as PNGs, readable offline. Needs torch; its CPU build is enough.
+    """
+    try:
+        from torch.cuda._memory_viz import trace_plot
+    except ImportError as e:
+        raise RuntimeError(
+            "write_trace_plot_html needs PyTorch's viewer: pip install torch (the CPU build is enough)"
+        ) from e
+    src = resolve(source)
+    page = trace_plot(src.snapshot, plot_segments=plot_segments)
+    if static_pictures:
+        pictures = "".join(
+            f'<img alt="{html.escape(alt)}" style="max-width:100%" src="data:image/png;base64,'
+            f'{base64.b64encode(figure_png(fig)).decode("ascii")}">'
+            for alt, fig in (("segment map", plot_segment_map(src)), ("timeline", plot_timeline(src)))
+        )
+        block = ("<details id=\"minialloc-static\"><summary>Static pictures (minialloc): segment map and "
+                 f"timeline</summary>{pictures}</details>\n")
+        page = page.replace("</body>", block + "</body>", 1) if "</body>" in page else page + block
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def plot_main(argv: Sequence[str] | None = None) -> int:
+    """`minialloc plot FILE -o DIR`: argv holds what follows `plot`. Returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="minialloc plot",
+        description="Draw a memory snapshot's segment map and timeline as PNG and SVG files.",
+    )
+    parser.add_argument("file", help="a snapshot pickle (torch.cuda.memory._dump_snapshot or minialloc's)")
+    parser.add_argument("-o", "--out-dir", default=".", help="where to write the pictures (default: here)")
+    parser.add_argument("--device-free", type=parse_size, default=None,
+                        help="device free memory for the title, e.g. 3GiB (a snapshot does not record it)")
+    parser.add_argument("--max-rows", type=int, default=40, help="segment rows before the rest are summed")
+    parser.add_argument("--html", action="store_true",
+                        help="also write trace.html, PyTorch's interactive viewer (needs torch)")
+    args = parser.parse_args(argv)
+    try:
+        paths = save_plots(args.file, args.out_dir, device_free=args.device_free, max_rows=args.max_rows)
+        if args.html:
+            paths.append(write_trace_plot_html(args.file, Path(args.out_dir) / "trace.html"))
+    except (OSError, ValueError, RuntimeError) as e:  # SnapshotError and VizInputError are ValueErrors
+        print(f"minialloc plot: {e}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0

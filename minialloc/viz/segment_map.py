@@ -1,0 +1,416 @@
+"""The segment map: every segment a horizontal bar drawn to scale, its blocks coloured by what they are.
+
+Reading it: blue is memory a tensor holds; orange is free memory trapped inside a segment that also holds
+live blocks (empty_cache cannot give it back, and a request bigger than the piece cannot use it); green is a
+whole free segment (cached, returned by empty_cache); purple is freed memory still waiting on another stream;
+grey hatching is address space of an expandable segment with no pages behind it. The largest free block is
+outlined: it is the biggest request the cache can serve without asking the device for more.
+
+Expandable segments: a snapshot lists each mapped range of an expandable segment as its own segment. The
+ranges of one reserved address range are drawn on one row, the unmapped gaps between them hatched (how the
+reservation is found: _rows.py). A row far longer than the others (a grown expandable segment beside 20 MiB
+segments) continues on further lines, like text, so that both stay readable on one byte scale.
+
+Many segments: past `max_rows` lines the map keeps the largest rows (and always the one holding the largest
+free block) and sums the rest, by kind, into a last summary row; the x label says how many were summed.
+Adjacent blocks of one kind are drawn as one rectangle, with thin white ticks where blocks meet; once a map
+has drawn RECT_BUDGET rectangles, further dense rows are drawn as one collection per colour, so a map of
+thousands of blocks still renders in well under a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from ..sizes import MiB, format_size
+from ._common import (
+    COLORS,
+    KINDS,
+    LABELS,
+    MARK_COLOR,
+    UNMAPPED_EDGE,
+    UNMAPPED_HATCH,
+    VizInputError,
+    choose_unit,
+    new_figure,
+    nothing_figure,
+    resolve,
+    short_size,
+)
+from ._rows import (
+    Line,
+    Piece,
+    Row,
+    auto_wrap,
+    fit_rows,
+    largest_free,
+    merge_runs,
+    segment_rows,
+    select_rows,
+    wrap_lines,
+)
+
+RECT_BUDGET = 600  # rectangles per map before dense rows switch to collections
+ROW_HEIGHT = 0.62  # bar height, in row units (rows are 1 apart)
+NOTHING = "no segments: nothing is reserved"
+
+
+@dataclass
+class MapInfo:
+    """What draw_segment_map drew: for the stepper, for tests, and for the notes under the map."""
+
+    rows: list[Row]  # drawn rows, top to bottom (the summary row not included)
+    grouped: int = 0  # segments summed into the summary row
+    grouped_bytes: dict[str, int] = field(default_factory=dict)
+    largest: tuple[int, Piece] | None = None  # (row index, piece) of the largest free block
+    mark: tuple[int, float, float, int, float] | None = None  # where its label went: y, x, width, size, xmax
+    unit: int = MiB
+    unit_name: str = "MiB"
+    xmax: float = 1.0
+    allocated: int = 0
+    reserved: int = 0
+    kinds: set[str] = field(default_factory=set)
+
+
+# -- drawing -------------------------------------------------------------------------------------------------
+def _row_label(row: Row, streams: set[int], devices: set[int], compact: bool = False) -> str:
+    if compact:  # what fits a quick frame: size, pool, stream
+        mapped = " mapped" if row.expandable else ""
+        stream = f" s{row.stream}" if len(streams) > 1 else ""
+        return f"{short_size(row.reserved)}{mapped} {row.pool}{stream}"
+    where = f"{row.address:#x}"
+    if len(devices) > 1:
+        where = f"cuda:{row.device} {where}"
+    if row.expandable:
+        text = f"{where}  {short_size(row.reserved)} mapped, {row.pool}"
+        text += f", {row.ranges} ranges" if row.ranges > 1 else ""
+    else:
+        text = f"{where}  {short_size(row.extent)} {row.pool}"
+    return text + (f", stream {row.stream}" if len(streams) > 1 else "")
+
+
+def draw_segment_map(
+    ax: Axes,
+    source: Any,
+    *,
+    max_rows: int = 40,
+    scale: str = "shared",
+    wrap: int | str | None = "auto",
+    xmax_bytes: int | None = None,
+    device_free: int | None = None,
+    title: str | None = None,
+    min_rows: int = 1,
+    compact: bool = False,
+) -> MapInfo:
+    """Draw a segment map into `ax`.
+
+    scale: "shared" (one byte axis for all rows) or "row" (each row fills the width; x is the fraction of the
+    row). wrap: "auto" continues rows far longer than the rest on further lines (see auto_wrap), a number of
+    bytes wraps at that length, None never wraps. xmax_bytes and min_rows fix the axis length and the row
+    height, so that two maps side by side share one scale. max_rows counts lines, summary included.
+    compact: short row labels and no stats line (the stepper's quick frames, which show them as HTML).
+    """
+    if scale not in ("shared", "row"):
+        raise VizInputError(f"scale must be 'shared' or 'row', got {scale!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
+        raise VizInputError(f"max_rows must be an int >= 2, got {max_rows!r}")
+    bytes_ok = isinstance(wrap, int) and not isinstance(wrap, bool) and wrap > 0
+    if not (wrap is None or wrap == "auto" or bytes_ok):
+        raise VizInputError(f"wrap must be 'auto', None or a positive number of bytes, got {wrap!r}")
+    src = resolve(source, device_free=device_free)
+    all_rows = segment_rows(src.snapshot, src.reservations)
+    info = MapInfo(rows=[])
+    for row in all_rows:
+        info.reserved += row.reserved
+        info.allocated += row.bytes_of("live")
+    free = src.device_free
+    stats = f"allocated {format_size(info.allocated)} · reserved {format_size(info.reserved)}"
+    if free is not None:
+        stats += f" · device free {format_size(free)}"
+    if not compact:
+        stats = stats if title is None else f"{title}\n{stats}"
+    ax.set_title(title if compact else stats, fontsize=10, pad=12)
+    if not all_rows:
+        ax.text(0.5, 0.5, NOTHING, ha="center", va="center", fontsize=13, transform=ax.transAxes,
+                gid="nothing")
+        ax.set_axis_off()
+        return info
+
+    rows, rest = select_rows(all_rows, max_rows)
+    if scale == "row":
+        wrap = None
+    elif wrap == "auto":
+        wrap = auto_wrap([r.extent for r in rows], max_rows)
+    elif isinstance(wrap, int):  # never more lines for one row than the map has
+        wrap = max(wrap, -(-max(r.extent for r in rows) // (max_rows - 1)))
+    assert wrap is None or isinstance(wrap, int)
+    rows, rest = fit_rows(rows, rest, wrap, max_rows)
+    lines = wrap_lines(rows, wrap)
+    info.rows = rows
+    info.grouped = sum(r.ranges for r in rest)
+    info.grouped_bytes = {k: sum(r.bytes_of(k) for r in rest) for k in KINDS}
+    found = largest_free(rows)
+    info.largest = found
+
+    longest = wrap or max(max(r.extent for r in rows), xmax_bytes or 0)
+    if scale == "row":
+        unit, unit_name, xmax = 1, "fraction of the row", 1.0
+    else:
+        unit, unit_name = choose_unit(longest)
+        xmax = longest / unit
+    info.unit, info.unit_name, info.xmax = unit, unit_name, xmax
+
+    def x_of(line: Line, offset: int) -> float:
+        """x of a row offset on its line: bytes from the line's start, in units (or a fraction of the row)."""
+        return offset / max(rows[line.row].extent, 1) if scale == "row" else (offset - line.start) / unit
+
+    budget = RECT_BUDGET
+    dense: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in KINDS}
+    ticks: list[list[tuple[float, float]]] = []
+    marks: list[tuple[int, float, float]] = []
+    min_gap = xmax / 700  # closer block boundaries would smear into a white band
+    h = ROW_HEIGHT
+    labels = []
+    streams, devices = {r.stream for r in all_rows}, {r.device for r in all_rows}
+    runs_of = {i: merge_runs(row.pieces) for i, row in enumerate(rows)}
+    for y, line in enumerate(lines):
+        row = rows[line.row]
+        first = line.start == 0
+        labels.append(_row_label(row, streams, devices, compact) if first else f"⋯ +{short_size(line.start)}")
+        y0 = y - h / 2
+        frame = Rectangle((0, y0), x_of(line, line.start + line.length), h, fill=False, edgecolor="#444444",
+                          linewidth=0.6, zorder=3, gid=f"segment-{line.row}" if first else None)
+        ax.add_artist(frame)
+        end = line.start + line.length
+        here = []  # the runs on this line, cut at its ends
+        for o, n, k, cuts in runs_of[line.row]:
+            if o < end and o + n > line.start:
+                lo = max(o, line.start)
+                here.append((lo, min(o + n, end) - lo, k, [c for c in cuts if line.start < c < end]))
+        as_rects = len(here) <= budget
+        if as_rects:
+            budget -= len(here)
+        last_tick = -1.0
+        for off, size, kind, cuts in here:
+            info.kinds.add(kind)
+            x, w = x_of(line, off), x_of(line, off + size) - x_of(line, off)
+            if as_rects:
+                ax.add_artist(_block_rect(x, y0, w, h, kind))
+            else:
+                dense[kind].append([(x, y0), (x + w, y0), (x + w, y0 + h), (x, y0 + h)])
+            for c in cuts:
+                xc = x_of(line, c)
+                if xc - last_tick >= min_gap:
+                    ticks.append([(xc, y0), (xc, y0 + h)])
+                    last_tick = xc
+        if found is not None and found[0] == line.row:
+            p = found[1]
+            lo, hi = max(p.offset, line.start), min(p.offset + p.size, end)
+            if lo < hi or (p.size == 0 and lo == p.offset):
+                marks.append((y, x_of(line, lo), x_of(line, hi) - x_of(line, lo)))
+    for kind, verts in dense.items():
+        if verts:
+            ax.add_collection(PolyCollection(verts, facecolors=COLORS[kind], edgecolors="none",
+                                             hatch=UNMAPPED_HATCH if kind == "unmapped" else None,
+                                             gid=f"dense-{kind}"))
+    if ticks:
+        ax.add_collection(LineCollection(ticks, colors="white", linewidths=0.7, zorder=2, gid="block-ticks"))
+
+    n = len(lines)
+    xlabel = "offset in the segment" + ("" if scale == "row" else f" ({unit_name})")
+    if any(line.start > 0 for line in lines):
+        xlabel += f"; rows longer than {short_size(wrap or 0)} continue on the next line (⋯)"
+    if rest:
+        xlabel += "\n" + _draw_summary(ax, n, rest, info)
+        labels.append(f"+{info.grouped} smaller segments")
+        n += 1
+    if found is not None:
+        for j, (y, x, w) in enumerate(marks):
+            _mark_largest(ax, y, x, w, found[1].size, xmax, label=j == 0)
+        if marks:
+            info.mark = (marks[0][0], marks[0][1], marks[0][2], found[1].size, xmax)
+    ax.set_yticks(range(n), labels, fontsize=7.5)
+    ax.tick_params(axis="y", length=0)
+    ax.set_ylim(max(n, min_rows) - 0.4, -1.0)  # row 0 on top, with room above it for the largest-block label
+    ax.set_xlim(0, xmax * 1.01)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    return info
+
+
+def _block_rect(x: float, y: float, w: float, h: float, kind: str) -> Rectangle:
+    if kind == "unmapped":
+        return Rectangle((x, y), w, h, facecolor=COLORS[kind], edgecolor=UNMAPPED_EDGE, hatch=UNMAPPED_HATCH,
+                         linewidth=0)
+    return Rectangle((x, y), w, h, facecolor=COLORS[kind], linewidth=0)
+
+
+def _draw_summary(ax: Axes, y: int, rest: list[Row], info: MapInfo) -> str:
+    """The summed-up rows as one stacked bar, to scale when it fits the axis, else scaled down. Returns the
+    sentence that says what was grouped, for under the map."""
+    total = sum(info.grouped_bytes.values())
+    to_axis = (1 / info.unit) if info.unit_name != "fraction of the row" else 1 / total
+    factor = 1.0 if total * to_axis <= info.xmax else info.xmax / (total * to_axis)
+    h = ROW_HEIGHT
+    x = 0.0
+    for kind in KINDS:
+        size = info.grouped_bytes[kind]
+        if size:
+            w = size * to_axis * factor
+            rect = _block_rect(x, y - h / 2, w, h, kind)
+            rect.set_gid(f"summary-{kind}")
+            ax.add_artist(rect)
+            info.kinds.add(kind)
+            x += w
+    ax.add_artist(Rectangle((0, y - h / 2), x, h, fill=False, edgecolor="#444444", linewidth=0.6,
+                           linestyle="--", zorder=3, gid="summary-row"))
+    biggest = max(r.reserved for r in rest)
+    note = (f"last row: {info.grouped} smaller segments (each at most {short_size(biggest)}, "
+            f"{format_size(total)} in all), summed by kind")
+    if factor < 1.0:
+        note += f", drawn at 1/{1 / factor:.3g} scale"
+    return note
+
+
+def _mark_largest(ax: Axes, y: int, x: float, w: float, size: int, xmax: float, label: bool = True) -> None:
+    h = ROW_HEIGHT + 0.16
+    ax.add_artist(Rectangle((x, y - h / 2), w, h, fill=False, edgecolor=MARK_COLOR, linewidth=1.8, zorder=5,
+                           gid="largest-free-block" if label else None))
+    if label:
+        _label_largest(ax, (y, x, w, size, xmax))
+
+
+def _label_largest(ax: Axes, mark: tuple[int, float, float, int, float]) -> None:
+    """Write the size inside the outlined block when it fits there (with its name, or alone: the legend names
+    the outline), else above it with an arrow, where it may cover part of the row above, so only as a last
+    resort. Called again once the layout is final."""
+    for old in [t for t in ax.texts if t.get_gid() == "largest-free-label"]:
+        old.remove()
+    y, x, w, size, xmax = mark
+    text = f"largest free block: {format_size(size)}"
+    fig = ax.get_figure()
+    axis_in = ax.get_position().width * fig.get_size_inches()[0] if fig is not None else 6.0
+    block_in = w / max(xmax * 1.01, 1e-12) * axis_in
+    for inside in (text, format_size(size)):
+        if block_in > len(inside) * 8 * 0.55 / 72 + 0.15:  # about 0.55 em a character at 8 pt
+            ax.text(x + w / 2, y, inside, ha="center", va="center", fontsize=8, zorder=6,
+                    gid="largest-free-label")
+            return
+    right = x + w / 2 > 0.6 * xmax
+    h = ROW_HEIGHT + 0.16
+    ax.annotate(text, xy=(x + w / 2, y - h / 2), xytext=(-8 if right else 8, 9), textcoords="offset points",
+                ha="right" if right else "left", va="bottom", fontsize=8, zorder=6, annotation_clip=False,
+                arrowprops={"arrowstyle": "-|>", "color": MARK_COLOR, "linewidth": 1, "shrinkA": 0,
+                            "shrinkB": 0},
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+                gid="largest-free-label")
+
+
+def legend_handles(kinds: set[str], largest: bool) -> list[Any]:
+    handles: list[Any] = []
+    for kind in KINDS:
+        if kind in kinds:
+            hatch = UNMAPPED_HATCH if kind == "unmapped" else None
+            edge = UNMAPPED_EDGE if hatch else "none"
+            handles.append(Patch(facecolor=COLORS[kind], edgecolor=edge, hatch=hatch, label=LABELS[kind]))
+    if largest:
+        handles.append(Line2D([], [], color=MARK_COLOR, linewidth=1.8, label="largest free block (outlined)"))
+    return handles
+
+
+def map_layout(fig: Figure, panels: int) -> list[Axes]:
+    """Axes for `panels` maps side by side; fit_map_figure sizes them once they are drawn."""
+    return fig.subplots(1, panels, squeeze=False)[0].tolist()
+
+
+def fit_map_figure(fig: Figure, axes: list[Axes], infos: list[MapInfo], *, fixed_height: float | None = None,
+                   legend_rows: int = 2, left_in: float = 2.9) -> None:
+    """Size the figure to its rows (0.3 in each) and set margins in inches, so labels fit at any height."""
+    width = fig.get_size_inches()[0]
+    title_lines = max(len(ax.get_title().splitlines()) for ax in axes)
+    label_lines = max(len(ax.get_xlabel().splitlines()) for ax in axes)
+    top = 0.3 + 0.17 * title_lines + (0.3 if fig.get_suptitle() else 0)
+    bottom = 0.3 + 0.17 * label_lines + 0.22 * legend_rows
+    lines = max(max(ax.get_ylim()) + 0.4 for ax in axes) if infos else 1
+    height = fixed_height or top + bottom + 0.3 * (lines + 1.4)  # 1.4: room for the largest-block label
+    fig.set_size_inches(width, height)
+    right_in, gap_in = 0.25, left_in + 0.2  # y labels need ~2.9 in (compact ones less), beside each panel
+    panels = len(axes)
+    axis_width = (width - left_in - right_in - gap_in * (panels - 1)) / panels
+    fig.subplots_adjust(left=left_in / width, right=1 - right_in / width, top=1 - top / height,
+                        bottom=bottom / height, wspace=gap_in / axis_width)
+    for ax, info in zip(axes, infos, strict=False):
+        if info.mark is not None:
+            _label_largest(ax, info.mark)  # now that the axis has its final width
+    kinds = set().union(*(i.kinds for i in infos))
+    if legend_rows:
+        handles = legend_handles(kinds, any(i.largest is not None for i in infos))
+        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+
+
+def _new_map_figure(panels: int, title: str | None) -> Figure:
+    fig = new_figure(11.0 if panels == 1 else 16.0, 6.0)
+    if title:
+        fig.suptitle(title, fontsize=12, fontweight="bold")
+    return fig
+
+
+def plot_segment_map(
+    source: Any,
+    *,
+    device_free: int | None = None,
+    max_rows: int = 40,
+    scale: str = "shared",
+    wrap: int | str | None = "auto",
+    title: str | None = None,
+) -> Figure:
+    """A segment map of a snapshot dict, an allocator, or a snapshot pickle's path, as a matplotlib Figure.
+    Options as draw_segment_map's."""
+    src = resolve(source, device_free=device_free)
+    if not src.snapshot.get("segments"):
+        detail = "The allocator holds no memory from the device."
+        if src.device_free is not None:
+            detail += f" Device free: {format_size(src.device_free)}."
+        return nothing_figure(NOTHING, detail)
+    fig = _new_map_figure(1, title)
+    (ax,) = map_layout(fig, 1)
+    info = draw_segment_map(ax, src, max_rows=max_rows, scale=scale, wrap=wrap)
+    fit_map_figure(fig, [ax], [info])
+    return fig
+
+
+def plot_side_by_side(
+    first: Any,
+    second: Any,
+    titles: tuple[str, str] = ("native", "expandable segments"),
+    *,
+    max_rows: int = 30,
+    device_free: tuple[int | None, int | None] = (None, None),
+    title: str | None = None,
+) -> Figure:
+    """Two segment maps next to each other on one byte scale and one row height: the same moment under two
+    configurations. Each takes a snapshot dict, an allocator or a snapshot pickle's path."""
+    sources = [resolve(s, device_free=f) for s, f in zip((first, second), device_free, strict=True)]
+    fig = _new_map_figure(2, title)
+    axes = map_layout(fig, 2)
+    shown = [select_rows(segment_rows(s.snapshot, s.reservations), max_rows)[0] for s in sources]
+    extents = [[r.extent for r in rows] for rows in shown]
+    wrap = auto_wrap(extents[0] + extents[1], max_rows)
+    longest = max((e for side in extents for e in side), default=0)
+    infos = [draw_segment_map(ax, src, max_rows=max_rows, wrap=wrap, xmax_bytes=longest, title=name)
+             for ax, src, name in zip(axes, sources, titles, strict=True)]
+    rows = max(int(max(ax.get_ylim()) + 0.4) for ax in axes)
+    for ax in axes:  # one row height on both sides
+        if ax.axison:
+            ax.set_ylim(rows - 0.4, -1.0)
+    fit_map_figure(fig, axes, infos)
+    return fig

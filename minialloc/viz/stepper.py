@@ -1,0 +1,193 @@
+"""Step through a list of events with a slider: the segment map and the stats after each one.
+
+The events and how they replay: see replay.py. A step redraws the map from the replay's allocator; the
+widget's frames leave out the slow-to-draw text (legend, long labels) and show it once, as HTML.
+
+In JupyterLab, displaying a Stepper shows a play button, a slider and the picture. The same output carries
+a static PNG of the current step and of a few key frames (peak reserved, first OOM, last step) as HTML:
+nbconvert falls back to it when no widget state was saved, and a viewer without widgets (GitHub, an exported
+HTML page) shows it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..sizes import format_size
+from ._common import COLORS, LABELS, UNMAPPED_EDGE, new_figure
+from .replay import Replay
+from .segment_map import draw_segment_map, fit_map_figure, map_layout, plot_side_by_side
+
+
+def _swatch(kind: str) -> str:
+    fill = COLORS[kind]
+    if kind == "unmapped":
+        fill = f"repeating-linear-gradient(45deg, {fill} 0 3px, {UNMAPPED_EDGE} 3px 4px)"
+    return (f'<span style="display:inline-block;width:1.4em;height:0.8em;background:{fill};'
+            f'vertical-align:middle"></span> {LABELS[kind]}')
+
+
+# the quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML
+_LEGEND_HTML = ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS)
+                + " &nbsp; <span style='display:inline-block;width:1.2em;height:0.7em;border:2px solid black;"
+                "vertical-align:middle'></span> largest free block</div>")
+
+
+def compare_configs(
+    events: Sequence[Any],
+    configs: tuple[str, str] = ("", "expandable_segments:True"),
+    *,
+    step: int | None = None,
+    capacity: int | str = "80GiB",
+    titles: tuple[str, str] | None = None,
+    max_rows: int = 30,
+) -> Figure:
+    """Replay the same events under two configurations and draw both segment maps at the same step."""
+    allocators = []
+    events = list(events)
+    for config in configs:
+        replay = Replay(events, config, capacity=capacity)
+        allocators.append(replay.goto(len(replay) if step is None else step))
+    names = titles or tuple(c or "default (native)" for c in configs)
+    at = "the end" if step is None else f"step {step}"
+    return plot_side_by_side(allocators[0], allocators[1], (names[0], names[1]), max_rows=max_rows,
+                             title=f"the same {len(replay)} events, at {at}")
+
+
+class Stepper:
+    """A slider over a replay. Display it in JupyterLab; or call frame_png(n) / figure(n) anywhere."""
+
+    def __init__(self, events: Iterable[Any], config: Any = None, *, capacity: int | str = "80GiB",
+                 checkpoint_every: int = 1000, max_rows: int = 20, precompute: bool = True,
+                 title: str | None = None, dpi: int = 72) -> None:
+        self.replay = Replay(events, config, capacity=capacity, checkpoint_every=checkpoint_every)
+        self.max_rows = max_rows
+        self.title = title
+        self.dpi = dpi
+        self.step = 0
+        self.samples = self.replay.precompute() if precompute else None
+        self._height = 2.2 + 0.3 * max_rows  # one size for every step, so the picture never jumps
+
+    def __len__(self) -> int:
+        return len(self.replay)
+
+    def stats_text(self) -> str:
+        a = self.replay.allocator
+        allocated, reserved = a.memory_allocated(), a.memory_reserved()
+        return (f"step {self.replay.position} of {len(self.replay)}: {self.replay.outcome}\n"
+                f"allocated {format_size(allocated)} · reserved {format_size(reserved)} · reserved but "
+                f"unused {format_size(reserved - allocated)} · largest free block "
+                f"{format_size(a.largest_free_block())}")
+
+    def figure(self, n: int | None = None, *, quick: bool = False) -> Figure:
+        """The segment map after n events (the current step if None). quick: the widget's frame, with short
+        row labels and no title or legend (the widget shows those as HTML), since drawing text is most of the
+        cost of a frame."""
+        return self._figure(n, quick, publish=True)
+
+    def _figure(self, n: int | None, quick: bool, publish: bool) -> Figure:
+        if n is not None:
+            self.step = n
+        allocator = self.replay.goto(self.step)
+        # a fresh figure each time: clearing and reusing one slows every draw (matplotlib's transform tree
+        # keeps growing), and a new Figure costs about a millisecond
+        fig = new_figure(11, self._height, publish=publish)
+        (ax,) = map_layout(fig, 1)
+        rows = min(self.max_rows, 8)
+        if quick:
+            info = draw_segment_map(ax, allocator, max_rows=self.max_rows, title=f"step {self.step}",
+                                    min_rows=rows, compact=True)
+            fit_map_figure(fig, [ax], [info], fixed_height=self._height - 0.8, legend_rows=0, left_in=1.4)
+        else:
+            text = f"step {self.step}/{len(self.replay)}: {self.replay.outcome}"
+            info = draw_segment_map(ax, allocator, max_rows=self.max_rows, min_rows=rows,
+                                    title=text if self.title is None else f"{self.title} · {text}")
+            fit_map_figure(fig, [ax], [info], fixed_height=self._height)
+        return fig
+
+    def frame_png(self, n: int | None = None, *, quick: bool = False, dpi: int | None = None) -> bytes:
+        """The picture of step n as PNG bytes (see figure)."""
+        buf = io.BytesIO()
+        fig = self._figure(n, quick, publish=False)  # encoded, not shown: pyplot must not see it
+        fig.savefig(buf, format="png", dpi=dpi or self.dpi)
+        # clearing breaks the figure's reference cycles, so it is freed now rather than by a full garbage
+        # collection a few frames later (a pause of 100 ms or more in the middle of playing)
+        fig.clear()
+        return buf.getvalue()
+
+    def key_frames(self, limit: int = 3) -> list[int]:
+        """Steps worth a static picture: the peak of reserved memory, the first OOM, the last step."""
+        if self.samples is None:
+            self.samples = self.replay.precompute()
+        peak = int(np.argmax(self.samples[:, 1]))  # the first step at the peak of reserved memory
+        picks = [peak] + self.replay.ooms[:1] + [len(self.replay)]
+        return sorted(dict.fromkeys(picks))[:limit]
+
+    def static_frames(self, extra_frames: bool = True) -> list[tuple[int, str, str]]:
+        """(step, base64 PNG, stats) for the current step, then the key frames: what a page without widgets
+        shows. The replay is left at the current step."""
+        here = self.step
+        frames = []
+        for k in [here] + ([k for k in self.key_frames() if k != here] if extra_frames else []):
+            png = base64.b64encode(self.frame_png(k)).decode("ascii")
+            frames.append((k, png, self.stats_text()))
+        self.step = here
+        self.replay.goto(here)
+        return frames
+
+    def static_html(self, frames: list[tuple[int, str, str]] | None = None) -> str:
+        """The static frames as HTML with embedded PNGs and their stats as captions."""
+        parts = []
+        for k, png, stats in frames if frames is not None else self.static_frames():
+            caption = html.escape(stats).replace("\n", "<br>")
+            parts.append(f'<figure style="margin:0 0 1em 0"><img src="data:image/png;base64,{png}" '
+                         f'alt="segment map at step {k}"><figcaption style="font-size:85%">{caption}'
+                         "</figcaption></figure>")
+        return "<div>" + "".join(parts) + "</div>"
+
+    def widget(self) -> Any:
+        """The ipywidgets controls: play, slider, the picture and the stats (needs a live kernel)."""
+        import ipywidgets as w
+
+        n = len(self.replay)
+        play = w.Play(value=self.step, min=0, max=n, step=1, interval=250, description="play")
+        slider = w.IntSlider(value=self.step, min=0, max=n, continuous_update=False, description="step",
+                             layout=w.Layout(width="70%"))
+        w.jslink((play, "value"), (slider, "value"))
+        back = w.Button(description="◀", layout=w.Layout(width="3em"), tooltip="one step back")
+        fwd = w.Button(description="▶", layout=w.Layout(width="3em"), tooltip="one step forward")
+        image = w.Image(value=self.frame_png(self.step, quick=True), format="png")
+        stats = w.HTML(self._stats_html())
+
+        def show(change: dict[str, Any]) -> None:
+            image.value = self.frame_png(change["new"], quick=True)
+            stats.value = self._stats_html()
+
+        slider.observe(show, names="value")
+        back.on_click(lambda _: setattr(slider, "value", max(0, slider.value - 1)))
+        fwd.on_click(lambda _: setattr(slider, "value", min(n, slider.value + 1)))
+        return w.VBox([w.HBox([play, back, fwd, slider]), stats, image])
+
+    def _stats_html(self) -> str:
+        return _LEGEND_HTML + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """The widget for a live frontend, plus static pictures for exports and viewers without widgets."""
+        bundle: dict[str, Any] = {}
+        try:
+            widget_bundle = self.widget()._repr_mimebundle_()
+            bundle.update(widget_bundle[0] if isinstance(widget_bundle, tuple) else widget_bundle)
+        except ImportError:  # no ipywidgets: the static pictures are all there is
+            pass
+        frames = self.static_frames()
+        bundle["text/html"] = self.static_html(frames)
+        bundle["image/png"] = frames[0][1]  # the current step, for viewers that take only pictures
+        bundle["text/plain"] = f"<Stepper over {len(self.replay)} events>\n{self.stats_text()}"
+        return bundle
