@@ -180,3 +180,14 @@ def test_pytorch_memory_viz_reads_minialloc_snapshots(tmp_path):
                            capture_output=True, text=True, timeout=120).stdout
     assert "segments: 8" in stats and "total_reserved: 6.6GiB" in stats and "total_allocated: 3.3GiB" in stats
     assert (tmp_path / "t.html").stat().st_size > 1000
+
+
+def test_cli_demo_plot_and_plot_command(tmp_path, capsys):
+    assert main(["demo", "--plot", str(tmp_path / "demo")]) == 0
+    written = sorted(p.name for p in (tmp_path / "demo").iterdir())
+    assert any(n.endswith(".png") for n in written) and any(n.endswith(".svg") for n in written)
+    a = CachingAllocator(SimulatedGPU("8GiB"), "")
+    replay(canonical_scenario()[:-1], a)
+    dump_snapshot(a, tmp_path / "snap.pickle")
+    assert main(["plot", str(tmp_path / "snap.pickle"), "-o", str(tmp_path / "plots")]) == 0
+    assert {p.suffix for p in (tmp_path / "plots").iterdir()} == {".png", ".svg"}
