@@ -24,8 +24,13 @@ test: $(BIN)/.installed
 	$(BIN)/ruff check minialloc tests bench tools
 	$(BIN)/python -m pytest -q
 
+# Benchmarks print figures; they are not tests.
 bench: $(BIN)/.installed
 	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/efficiency.py
+	$(BIN)/python bench/serve_sim.py
+	$(BIN)/python bench/paging.py
+	$(BIN)/python bench/viz_bench.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -26,20 +26,24 @@ The pieces, each mirroring vLLM (V1: vllm/v1/core/block_pool.py, kv_cache_utils.
   (move the blocks to a host-side pool; the (gpu_block, cpu_block) pairs are returned for the copy).
 
 KVCache describes the storage: one array of shape [num_blocks, 2, block_size, heads, head_dim] per layer,
-allocated ONCE through minialloc's CachingAllocator (accounting only), with an optional NumPy copy for the
-reference kernels at the bottom of this file.
+allocated ONCE through minialloc's CachingAllocator (accounting), with optional data: a NumPy array for the
+reference kernels at the bottom of this file, or an array where a minialloc.kernels runner works (CuPy on a real
+GPU), moved by the copy_blocks kernel (copy-on-write) and by device gathers and transfers (swap).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .kernels.reference import copy_waves
+
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
+    from .kernels.launch import Kernels
 
 DEFAULT_BLOCK_SIZE = 16  # the paper's default (section 7.2 finds 16-128 best)
 ROOT_HASH = 0x5EED  # parent hash of a sequence's first block; an int so hashes are the same in every run
@@ -55,6 +59,13 @@ class OutOfBlocksError(PagingError, MemoryError):
     def __init__(self, needed: int, free: int, what: str) -> None:
         super().__init__(f"{what}: needs {needed} free KV block(s), only {free} free")
         self.needed, self.free = needed, free
+
+
+class RequestTooLongError(PagingError, MemoryError):
+    """A request the whole cache could never hold: rejected, not queued (it would wait, or preempt, forever).
+
+    A MemoryError like OutOfBlocksError (code that treats "not enough blocks" as MemoryError still does), but not
+    an OutOfBlocksError: the scheduler catches that one to wait or preempt, which cannot help here."""
 
 
 class UnknownSequenceError(PagingError, LookupError):
@@ -235,8 +246,13 @@ class BlockManager:
         """Give a new sequence blocks for its prompt, reusing cached prefix blocks; returns the cached tokens."""
         if seq_id in self.seqs or seq_id in self.swapped:
             raise ValueError(f"sequence {seq_id} is already allocated")
+        total = -(-len(tokens) // self.block_size)
+        if total > len(self.blocks):
+            raise RequestTooLongError(
+                f"sequence {seq_id}: {len(tokens)} tokens need {total} KV blocks of {self.block_size} tokens, the "
+                f"whole cache has {len(self.blocks)} blocks ({len(self.blocks) * self.block_size} tokens)")
         hits = self._prefix_hits(tokens)
-        needed = -(-len(tokens) // self.block_size) - len(hits) + sum(b.ref_cnt == 0 for b in hits)
+        needed = total - len(hits) + sum(b.ref_cnt == 0 for b in hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocksError(needed, self.num_free_blocks, f"allocate(seq {seq_id}, {len(tokens)} tokens)")
         state = SeqState(list(tokens), [self._take(b).block_id for b in hits])
@@ -358,6 +374,19 @@ class HostPool:
                     self.m._seal(st, i)
         return [(c, b.block_id) for c, b in mapping.items()]
 
+    def drop(self, seq_ids: Iterable[int]) -> None:
+        """Sequences that finish (are aborted) while swapped out: their host blocks return to the host pool."""
+        for sid in seq_ids:
+            st = self.seqs.pop(sid, None)
+            if st is None:
+                raise UnknownSequenceError(f"sequence {sid} is not swapped out")
+            for c in st.table:
+                self.ref_cnt[c] -= 1
+                if self.ref_cnt[c] == 0:
+                    self.free.append(c)
+            self.m.swapped.discard(sid)
+            self.m.finished.add(sid)
+
 
 def check_invariants(m: BlockManager, host: HostPool | None = None) -> None:
     """Every block free xor referenced, ref_cnt = number of tables holding it, free + used = total (tests)."""
@@ -402,40 +431,109 @@ class KVSpec:
 class KVCache:
     """The paged KV storage: [num_blocks, 2, block_size, heads, head_dim] per layer, allocated once up front.
 
-    The bytes come from a minialloc CachingAllocator in one malloc (accounting only), as vLLM allocates its KV
-    tensors once at start-up, sized by profiling. `with_data=True` adds a float32 NumPy array of shape
-    [num_layers, num_blocks, 2, block_size, heads, head_dim] for small configurations and reference kernels.
+    The bytes come from a minialloc CachingAllocator in one malloc (accounting), as vLLM allocates its KV tensors
+    once at start-up, sized by profiling. `with_data=True` adds the data, shape [num_layers, num_blocks, 2,
+    block_size, heads, head_dim], float32: a NumPy array (small configurations, the reference kernels), or with
+    `kernels` (a minialloc.kernels runner) an array where those kernels run: CuPy memory with CupyKernels on a
+    real GPU, NumPy with EmulatedKernels. The methods below apply the block manager's lists to the data:
+    copy-on-write with the copy_blocks kernel (NumPy twin without kernels), swap with gathers and one transfer
+    each way, attention with the paged_attention kernel (NumPy twin without kernels).
     """
 
-    MAX_HOST_BYTES = 1 << 30  # with_data is for small configurations: refuse to fill the host's memory
+    MAX_HOST_BYTES = 1 << 30  # host data is for small configurations: refuse to fill the host's memory
 
     def __init__(self, allocator: CachingAllocator, spec: KVSpec, num_blocks: int,
-                 block_size: int = DEFAULT_BLOCK_SIZE, with_data: bool = False) -> None:
+                 block_size: int = DEFAULT_BLOCK_SIZE, with_data: bool = False, kernels: Kernels | None = None) -> None:
         self.spec, self.num_blocks, self.block_size = spec, num_blocks, block_size
         self.block_bytes = spec.bytes_per_token * block_size
         self.nbytes = self.block_bytes * num_blocks
         self.allocator = allocator
+        self.kernels = kernels
+        self.xp: Any = np if kernels is None else kernels.xp
         self.ptr = allocator.malloc(self.nbytes)
-        shape = (spec.num_layers, num_blocks, 2, block_size, spec.num_kv_heads, spec.head_dim)
-        if with_data and 4 * int(np.prod(shape)) > self.MAX_HOST_BYTES:
+        self.shape = (spec.num_layers, num_blocks, 2, block_size, spec.num_kv_heads, spec.head_dim)
+        data_bytes = 4 * int(np.prod(self.shape))
+        if with_data and self.xp is np and data_bytes > self.MAX_HOST_BYTES:
             allocator.free(self.ptr)
-            raise ValueError(f"with_data needs {4 * int(np.prod(shape))} bytes of host memory; use a smaller config")
-        self.data = np.zeros(shape, dtype=np.float32) if with_data else None
+            raise ValueError(f"with_data needs {data_bytes} bytes of host memory; use a smaller config")
+        self.data = self.xp.zeros(self.shape, dtype=self.xp.float32) if with_data else None
 
     @classmethod
     def from_budget(cls, allocator: CachingAllocator, spec: KVSpec, budget_bytes: int,
-                    block_size: int = DEFAULT_BLOCK_SIZE, with_data: bool = False) -> KVCache:
+                    block_size: int = DEFAULT_BLOCK_SIZE, with_data: bool = False,
+                    kernels: Kernels | None = None) -> KVCache:
         """As many blocks as fit in `budget_bytes` (vLLM: free memory after profiling // block bytes)."""
-        return cls(allocator, spec, budget_bytes // (spec.bytes_per_token * block_size), block_size, with_data)
+        return cls(allocator, spec, budget_bytes // (spec.bytes_per_token * block_size), block_size, with_data,
+                   kernels)
 
     def release(self) -> None:
         self.allocator.free(self.ptr)
         self.ptr = 0
 
-    def layer(self, i: int) -> np.ndarray:
+    def layer(self, i: int) -> Any:
+        return self._data()[i]
+
+    def _data(self) -> Any:
         if self.data is None:
-            raise ValueError("this KVCache has no host data: create it with with_data=True")
-        return self.data[i]
+            raise ValueError("this KVCache has no data: create it with with_data=True")
+        return self.data
+
+    def copy_blocks(self, pairs: Iterable[tuple[int, int]]) -> int:
+        """Apply copy-on-write pairs, in the order the block manager recorded them, to every layer.
+
+        With kernels: the copy_blocks kernel over the cache seen as [num_layers * num_blocks, block bytes], one
+        launch per wave of copy_waves (pairs that may run in parallel), each pair expanded to every layer. Without:
+        copy_blocks_reference per layer. Returns the number of kernel launches (0 without kernels).
+        """
+        data, pairs = self._data(), list(pairs)
+        if self.kernels is None:
+            for layer in data:
+                copy_blocks_reference(layer, pairs)
+            return 0
+        rows = data.reshape(self.spec.num_layers * self.num_blocks, -1).view(self.xp.uint8)
+        waves = copy_waves(pairs)
+        for wave in waves:
+            self.kernels.copy_blocks(rows, [(src + i * self.num_blocks, dst + i * self.num_blocks)
+                                            for i in range(self.spec.num_layers) for src, dst in wave])
+        return len(waves)
+
+    def new_host_store(self, num_blocks: int) -> np.ndarray:
+        """Host memory for a HostPool of `num_blocks` blocks (pinned when the data lives on a GPU, so the
+        transfers are DMA)."""
+        shape = (self.spec.num_layers, num_blocks, *self.shape[2:])
+        if self.xp is np:
+            return np.zeros(shape, dtype=np.float32)
+        import cupyx
+
+        host = cupyx.empty_pinned(shape, dtype=np.float32)
+        host[...] = 0
+        return host
+
+    def swap_out(self, pairs: Iterable[tuple[int, int]], host: np.ndarray) -> None:
+        """Copy (gpu_block, cpu_block) pairs (HostPool.swap_out's) to the host store, every layer: one gather on
+        the device, one transfer. Call before the GPU blocks are reused."""
+        data, pairs = self._data(), list(pairs)
+        if not pairs:
+            return
+        gpu, cpu = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
+        staged = data[:, self.xp.asarray(gpu)]
+        host[:, cpu] = staged if self.kernels is None else self.kernels.to_host(staged)
+
+    def swap_in(self, pairs: Iterable[tuple[int, int]], host: np.ndarray) -> None:
+        """Copy (cpu_block, gpu_block) pairs (HostPool.swap_in's) back: one transfer, one scatter on the device."""
+        data, pairs = self._data(), list(pairs)
+        if not pairs:
+            return
+        cpu, gpu = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
+        staged = host[:, cpu]
+        data[:, self.xp.asarray(gpu)] = staged if self.kernels is None else self.kernels.to_device(staged)
+
+    def attention(self, layer: int, q: Any, block_tables: Any, context_lens: Sequence[int], scale: float) -> Any:
+        """Decode attention of one layer through the block tables: the paged_attention kernel with kernels
+        (q where they run), paged_attention_reference without."""
+        if self.kernels is None:
+            return paged_attention_reference(q, self.layer(layer), np.asarray(block_tables), context_lens, scale)
+        return self.kernels.paged_attention(q, self.layer(layer), block_tables, context_lens, scale)
 
 
 # -- NumPy references for the kernels ----------------------------------------------------------------------------
@@ -449,8 +547,17 @@ def write_kv_reference(kv_cache: np.ndarray, block_table: Sequence[int], pos: in
 
 
 def copy_blocks_reference(kv_cache: np.ndarray, pairs: Iterable[tuple[int, int]]) -> None:
-    """Copy whole blocks src -> dst, keys and values (vLLM's copy_blocks kernel, the copy of copy-on-write)."""
+    """Copy whole blocks src -> dst, keys and values, ONE PAIR AFTER ANOTHER (the copies of copy-on-write).
+
+    Sequential on purpose: that is what the block manager's list means (a later pair may copy a block an earlier
+    one wrote, a fork of a fork). The copy_blocks kernel runs its pairs in parallel and refuses such lists, so the
+    GPU path (KVCache.copy_blocks, Kernels.copy_blocks_in_order) splits them with kernels.reference.copy_waves;
+    the tests check that both give this function's result.
+    """
+    num_blocks = kv_cache.shape[0]
     for src, dst in pairs:
+        if not (0 <= src < num_blocks and 0 <= dst < num_blocks):
+            raise ValueError(f"block pair ({src}, {dst}) outside [0, {num_blocks})")
         kv_cache[dst] = kv_cache[src]
 
 
@@ -461,6 +568,7 @@ def paged_attention_reference(q: np.ndarray, kv_cache: np.ndarray, block_tables:
     q: [num_seqs, num_heads, head_dim]; kv_cache: [num_blocks, 2, block_size, num_kv_heads, head_dim];
     block_tables: [num_seqs, max_blocks] (entries past a sequence's context are ignored); context_lens:
     [num_seqs]. num_heads may be a multiple of num_kv_heads (grouped-query attention). Returns q's shape.
+    The CUDA kernel with these semantics is minialloc/kernels/paged_attention.cu (float32 throughout).
     """
     num_seqs, num_heads, head_dim = q.shape
     bs, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]

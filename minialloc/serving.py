@@ -38,6 +38,17 @@ datasets. vLLM's ShareGPT benchmark drops requests with prompts over 1024 tokens
 here they are capped at those limits instead, so the trace keeps its size (which lowers the ShareGPT means a
 little); every length is at least 1. The trace's measured means are reported with the results.
 
+`minialloc serve-sim --json` prints the result of serve_sim: {"paged": {...}, "contiguous": {...}, ...}, each
+system with at least token_share (0..1, the share of KV memory in use holding tokens) and max_concurrent (the most
+sequences running at once). "contiguous" is the paper's baseline, reserving max_model_len per request (the "max"
+policy); the other two policies are under "contiguous_pow2" and "contiguous_oracle".
+
+A request whose own sequence the whole cache could never hold (prompt + output tokens in more blocks than the
+cache has) is rejected when it is queued, with a RequestTooLongError naming the sizes, rather than left waiting
+or preempting forever; a parallel or beam group that cannot fit even alone is rejected the same way when that
+shows. Every other request is served: out of blocks, the scheduler preempts, and the simulation checks that every
+request finished.
+
 Time is in decode steps: each step admits what fits (a prefill) and every running sequence gains one token.
 Arrival times are not modelled: all requests wait at step 0, which keeps memory under pressure, the regime the
 paper's memory figures describe. A step's prefill costs nothing here, so the step counts compare batching, not
@@ -68,7 +79,16 @@ from .allocator import CachingAllocator
 from .config import AllocatorConfig
 from .device import SimulatedGPU
 from .oom import OutOfMemoryError
-from .paging import DEFAULT_BLOCK_SIZE, BlockManager, HostPool, KVCache, KVSpec, OutOfBlocksError, check_invariants
+from .paging import (
+    DEFAULT_BLOCK_SIZE,
+    BlockManager,
+    HostPool,
+    KVCache,
+    KVSpec,
+    OutOfBlocksError,
+    RequestTooLongError,
+    check_invariants,
+)
 from .sizes import GiB, format_size
 
 OPT_13B = KVSpec(num_layers=40, num_kv_heads=40, head_dim=128, dtype_bytes=2)  # 800 KiB per token
@@ -145,9 +165,10 @@ class Scheduler:
 
     Each step (vLLM V0 Scheduler._schedule): swapped groups come back first; then waiting groups are admitted in
     arrival order while their prompt fits above a watermark of free blocks (1%, so an admission does not force a
-    preemption at once); then every running group decodes one token, oldest first. When a group needs a block
-    and none is free, the most recently admitted group is preempted (possibly the group itself), all or
-    nothing: recompute by default (vLLM V1 only recomputes), or swap to the host pool.
+    preemption at once; no watermark while nothing runs, so whatever fits the cache gets in); then every running
+    group decodes one token, oldest first. When a group needs a block and none is free, the most recently
+    admitted group is preempted (possibly the group itself), all or nothing: recompute by default (vLLM V1 only
+    recomputes), or swap to the host pool.
     """
 
     def __init__(self, manager: BlockManager, preemption: str = "recompute", host: HostPool | None = None,
@@ -166,7 +187,26 @@ class Scheduler:
         self.num_preemptions = self.num_swapped_blocks = self.num_copies = 0
 
     def add(self, group: Group) -> None:
+        """Queue a request. One whose own sequence could never fit (its final length needs more blocks than the
+        whole cache has) is rejected with RequestTooLongError (vLLM's AllocStatus.NEVER)."""
+        r, bs, num_blocks = group.request, self.m.block_size, len(self.m.blocks)
+        total = len(r.prompt) + r.output_len
+        if -(-total // bs) > num_blocks:
+            raise RequestTooLongError(
+                f"request {r.req_id} is longer than the whole KV cache: {len(r.prompt)} prompt + {r.output_len} "
+                f"output tokens = {total} tokens need {-(-total // bs)} blocks of {bs} tokens, and the cache has "
+                f"{num_blocks} blocks ({num_blocks * bs} tokens)")
         self.waiting.append(group)
+
+    def _watermark(self) -> int:
+        return self.watermark if self.running else 0  # alone, a group may use every block
+
+    def _too_long(self, g: Group, why: str) -> RequestTooLongError:
+        bs, num_blocks = self.m.block_size, len(self.m.blocks)
+        return RequestTooLongError(
+            f"request {g.request.req_id} ({g.kind}, {g.width} sequence(s) of {len(g.request.prompt)} prompt + "
+            f"{g.request.output_len} output tokens) {why}: the whole cache has {num_blocks} blocks of {bs} tokens "
+            f"({num_blocks * bs} tokens), and runs at most {self.max_num_seqs} sequences")
 
     def _new_id(self) -> int:
         self.next_seq_id += 1
@@ -195,7 +235,7 @@ class Scheduler:
                 done.append(self._new_id())
                 self.m.fork(done[0], done[-1])
             need = sum(self.m.blocks_to_append(s) for s in done)
-            if self.m.num_free_blocks - need < self.watermark:
+            if self.m.num_free_blocks - need < self._watermark():
                 raise OutOfBlocksError(need, self.m.num_free_blocks, "admission above the watermark")
         except OutOfBlocksError:
             for sid in reversed(done):  # roll back; the blocks stay cached, so a retry hits them
@@ -207,7 +247,7 @@ class Scheduler:
     def _swap_in(self, g: Group) -> bool:
         assert self.host is not None
         need = len({c for s in g.seq_ids for c in self.host.seqs[s].table})
-        if self.m.num_free_blocks - need < self.watermark or self.num_running_seqs() + g.width > self.max_num_seqs:
+        if self.m.num_free_blocks - need < self._watermark() or self.num_running_seqs() + g.width > self.max_num_seqs:
             return False
         self.num_swapped_blocks += len(self.host.swap_in(g.seq_ids))
         g.swapped = False
@@ -254,6 +294,8 @@ class Scheduler:
             self.running.append(self.swapped.popleft())
         while not self.swapped and self.waiting and self._admit(self.waiting[0]):
             self.running.append(self.waiting.popleft())
+        if self.waiting and not self.running and not self.swapped:  # every block is free, and still no room
+            raise self._too_long(self.waiting[0], "cannot be admitted even into the empty cache")
         decoded: list[Group] = []
         while len(decoded) < len(self.running):
             g = self.running[len(decoded)]
@@ -262,7 +304,8 @@ class Scheduler:
             while sum(self.m.blocks_to_append(s) for s in g.seq_ids) > self.m.num_free_blocks:
                 victim = self.running.pop()
                 if victim is g and not self.running:  # alone and still short: it can never finish
-                    raise RuntimeError(f"request {g.request.req_id} needs more KV blocks than the whole cache has")
+                    held = sum(len(self.m.seqs[s].tokens) for s in g.seq_ids)
+                    raise self._too_long(g, f"holds {held} tokens and needs more blocks, running alone")
                 self._preempt(victim)
                 if victim is g:
                     break
@@ -303,10 +346,11 @@ def simulate_paged(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_bytes
         sched.add(Group(r, kind, width))
     steps = tokens = used = logical = max_seqs = max_groups = 0
     max_empty = 0.0  # the most unused slots per sequence seen in one step (single sequences only)
+    finished = 0
     while sched.waiting or sched.running or sched.swapped:
         decoded = sched.step()
-        if not decoded and not sched.running:
-            raise RuntimeError("a request cannot fit in the whole KV cache")  # not even its prompt
+        if not decoded and not sched.running:  # step() rejects what can never fit: this would loop forever
+            raise RuntimeError(f"the scheduler made no progress at step {steps}")
         steps += 1
         seqs = [manager.seqs[s] for g in sched.running for s in g.seq_ids]
         step_tokens = sum(len(st.tokens) for st in seqs)
@@ -318,8 +362,11 @@ def simulate_paged(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_bytes
             max_empty = max(max_empty, (step_used * block_size - step_tokens) / len(seqs))
         if check:
             check_invariants(manager, host)
-        sched.retire(decoded)
+        finished += len(sched.retire(decoded))
     cache.release()
+    if finished != len(requests) or manager.num_free_blocks != len(manager.blocks):
+        raise RuntimeError(f"{len(requests) - finished} request(s) dropped, {manager.num_free_blocks} of "
+                           f"{len(manager.blocks)} blocks free at the end")
     slots = used * block_size
     return {
         "token_share": tokens / slots if kind == "single" else None,
@@ -327,8 +374,9 @@ def simulate_paged(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_bytes
         "internal_share": (slots - tokens) / slots if kind == "single" else None,
         "external_share": 0.0,
         "sharing_saving": 1 - used / logical,
-        "max_concurrent_seqs": max_seqs,
+        "max_concurrent": max_seqs,
         "max_concurrent_requests": max_groups,
+        "finished_requests": finished,
         "max_empty_slots_per_seq": max_empty,
         "steps": steps,
         "preemptions": sched.num_preemptions,
@@ -366,11 +414,15 @@ def simulate_contiguous(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_
         while retry and waiting:
             r = waiting[0]
             final = len(r.prompt) + r.output_len
+            reservation = _reservation(policy, final, max_model_len)
             try:
-                ptr = allocator.malloc(_reservation(policy, final, max_model_len) * bpt)
+                ptr = allocator.malloc(reservation * bpt)
             except OutOfMemoryError:
                 if not running:
-                    raise RuntimeError(f"request {r.req_id} cannot fit in the whole KV cache") from None
+                    raise RequestTooLongError(
+                        f"request {r.req_id} is longer than the whole KV cache: its contiguous reservation of "
+                        f"{reservation} tokens ({format_size(reservation * bpt)}) does not fit in "
+                        f"{format_size(kv_bytes)}") from None
                 retry = False
                 break
             waiting.popleft()
@@ -397,7 +449,8 @@ def simulate_contiguous(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_
         "reserved_share": totals["reserved"] / totals["in_use"],
         "internal_share": totals["internal"] / totals["in_use"],
         "external_share": totals["external"] / totals["in_use"],
-        "max_concurrent_seqs": max_seqs,
+        "max_concurrent": max_seqs,
+        "finished_requests": len(requests),
         "steps": steps,
         "preemptions": 0,
         "avg_kv_in_use": totals["in_use"] / steps,
@@ -405,7 +458,14 @@ def simulate_contiguous(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_
 
 
 # -- the comparison -----------------------------------------------------------------------------------------------
-SYSTEMS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
+# result keys of the four systems, in table order, with their column labels; "contiguous" is the paper's baseline
+SYSTEMS = {"contiguous": "contiguous (max)", "contiguous_pow2": "contiguous (pow2)",
+           "contiguous_oracle": "contiguous (oracle)", "paged": "paged"}
+POLICIES = {"contiguous": "max", "contiguous_pow2": "pow2", "contiguous_oracle": "oracle"}
+# what the issue asks of the default (ShareGPT-like) trace; requirements() checks a result against it
+PAGED_MIN_TOKEN_SHARE = 0.96
+CONTIGUOUS_TOKEN_SHARE = (0.20, 0.40)
+MIN_CONCURRENCY_GAIN = 2.0
 
 
 def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 0, *, spec: KVSpec = OPT_13B,
@@ -414,10 +474,12 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
               sharing_requests: int | None = None, widths: Sequence[int] = (2, 4, 6)) -> dict:
     """Serve one seeded trace with contiguous KV (three reservation policies) and with paged KV; measure sharing.
 
-    Returns a JSON-ready dict: the trace's measured means, one entry per system (token/waste shares of the KV
-    memory in use, max concurrent sequences, decode steps, preemptions), and the sharing savings under
-    parallel sampling and beam search for each width, measured on the trace's first `sharing_requests`
-    requests (default num_requests // 4: n samples cost up to n times the tokens), with the paper's figures.
+    Returns a JSON-ready dict: the trace's measured means; "paged", "contiguous" (reserving max_model_len, the
+    paper's baseline), "contiguous_pow2" and "contiguous_oracle", each with the token and waste shares of the KV
+    memory in use (token_share in 0..1), max_concurrent (sequences), decode steps and preemptions; "requirements"
+    (the issue's three checks on them); and the sharing savings under parallel sampling and beam search for each
+    width, measured on the trace's first `sharing_requests` requests (default num_requests // 4: n samples cost up
+    to n times the tokens), with the paper's figures.
     """
     if workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {sorted(WORKLOADS)}, got {workload!r}")
@@ -425,9 +487,9 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
         raise ValueError(f"num_requests must be >= 1, got {num_requests}")
     start = time.perf_counter()
     requests = sample_requests(workload, num_requests, seed, max_model_len)
-    systems = {f"contiguous-{p}": simulate_contiguous(requests, spec, kv_bytes, max_model_len, p)
-               for p in ("max", "pow2", "oracle")}
-    systems["paged"] = simulate_paged(requests, spec, kv_bytes, block_size, preemption=preemption, seed=seed)
+    systems = {"paged": simulate_paged(requests, spec, kv_bytes, block_size, preemption=preemption, seed=seed)}
+    systems |= {key: {"policy": policy, **simulate_contiguous(requests, spec, kv_bytes, max_model_len, policy)}
+                for key, policy in POLICIES.items()}
     n_share = max(1, num_requests // 4) if sharing_requests is None else sharing_requests
     sharing = {kind: [{"width": w, "saving": simulate_paged(requests[:n_share], spec, kv_bytes, block_size, kind,
                                                             w, preemption, seed)["sharing_saving"]}
@@ -445,7 +507,8 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
         "block_size": block_size,
         "max_model_len": max_model_len,
         "preemption": preemption,
-        "systems": systems,
+        **systems,
+        "requirements": requirements(systems["paged"], systems["contiguous"]),
         "sharing_requests": n_share,
         "sharing": sharing,
         "paper": {"token_share_contiguous": PAPER["token_share_contiguous"],
@@ -454,33 +517,50 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
     }
 
 
+def requirements(paged: dict, contiguous: dict) -> dict:
+    """The issue's three checks: paged holds tokens in >= 96% of its KV memory in use, contiguous (max) in the
+    paper's 20-40%, and paged runs at least twice as many sequences at once."""
+    lo, hi = CONTIGUOUS_TOKEN_SHARE
+    gain = paged["max_concurrent"] / max(1, contiguous["max_concurrent"])
+    return {
+        "paged_token_share_at_least_96pct": paged["token_share"] >= PAGED_MIN_TOKEN_SHARE,
+        "contiguous_token_share_in_20_40pct": lo <= contiguous["token_share"] <= hi,
+        "concurrency_gain": gain,
+        "paged_admits_at_least_2x": gain >= MIN_CONCURRENCY_GAIN,
+    }
+
+
 def format_table(result: dict) -> str:
     """The comparison as a plain-text table (what `minialloc serve-sim` prints)."""
-    systems = result["systems"]
-    names = [s for s in SYSTEMS if s in systems]
-    paged = systems["paged"]
+    names = [n for n in SYSTEMS if n in result]
+    paged = result["paged"]
     lines = [
         f"serve-sim: {result['label']} trace, {result['num_requests']} requests (seed {result['seed']}): "
         f"mean input {result['mean_input']:.1f}, mean output {result['mean_output']:.1f} tokens",
         f"KV: {format_size(result['bytes_per_token'])}/token, {format_size(result['kv_bytes'])} "
         f"({paged['num_blocks']} blocks of {result['block_size']} tokens), max_model_len {result['max_model_len']}",
         "",
-        f"{'KV memory in use, time-averaged':<34}" + "".join(f"{n:>19}" for n in names),
+        f"{'KV memory in use, time-averaged':<34}" + "".join(f"{SYSTEMS[n]:>21}" for n in names),
     ]
 
     def row(label: str, fmt: str, key: str) -> str:
-        return f"{label:<34}" + "".join(f"{format(systems[n][key], fmt):>19}" for n in names)
+        return f"{label:<34}" + "".join(f"{format(result[n][key], fmt):>21}" for n in names)
 
+    req = result["requirements"]
+    verdict = {True: "yes", False: "NO"}
     lines += [
         row("  holding tokens", ".1%", "token_share"),
         row("  reserved (future tokens)", ".1%", "reserved_share"),
         row("  internal fragmentation", ".1%", "internal_share"),
         row("  external fragmentation", ".1%", "external_share"),
-        row("max concurrent sequences", "d", "max_concurrent_seqs"),
+        row("max concurrent sequences", "d", "max_concurrent"),
         row("decode steps to serve the trace", "d", "steps"),
         row(f"preemptions ({result['preemption']})", "d", "preemptions"),
         "paper (Fig. 2): contiguous KV holds tokens in {:.1%}-{:.1%} of its memory; paged wastes under one block"
         " per sequence".format(*result["paper"]["token_share_contiguous"]),
+        f"requirements: paged holds tokens in >= 96%: {verdict[req['paged_token_share_at_least_96pct']]}; "
+        f"contiguous (max) in 20-40%: {verdict[req['contiguous_token_share_in_20_40pct']]}; paged runs "
+        f"{req['concurrency_gain']:.1f}x the sequences (>= 2x: {verdict[req['paged_admits_at_least_2x']]})",
         "",
         f"Sharing (paged, first {result['sharing_requests']} requests): blocks saved / blocks without sharing",
         f"{'':<24}" + "".join(f"{'width ' + str(e['width']):>10}" for e in result["sharing"]["parallel"])
@@ -506,7 +586,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
     parser.add_argument("--sharing-requests", type=int, default=None,
                         help="requests for the sharing runs (default: a quarter of --requests)")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of the table")
+    parser.add_argument("--json", action="store_true",
+                        help='print JSON instead of the table: {"paged": {...}, "contiguous": {...}, ...}, each with '
+                             "token_share and max_concurrent")
     args = parser.parse_args(argv)
     if args.requests < 1:
         parser.error("--requests must be >= 1")

@@ -27,6 +27,12 @@ def test_dry_run_prints_one_table_and_passes():
     for row in ("kernels: GPU vs NumPy", "PyTorch native vs minialloc prediction",
                 "minialloc on CudaGPU (cudaMalloc and cuMemMap)"):
         assert skipped in rows[row]
+    for row in ("kernel paged_attention: CPU emulation vs NumPy", "paged_attention vs dense attention: CPU emulation",
+                "kernel dense_attention: CPU emulation vs NumPy"):
+        assert "PASS" in rows[row]
+    for row in ("paged_attention: GPU vs NumPy and dense attention",
+                "paged_attention bandwidth vs device-to-device copy", "paged_attention time vs dense attention"):
+        assert skipped in rows[row]
     assert "cost: minialloc on SimulatedGPU" in rows
     assert " 0 failed" in lines[-1]
     assert "FAIL" not in proc.stdout

@@ -1,8 +1,10 @@
 """The CUDA kernels, checked without a GPU: nvcc compiles them for sm_80 and sm_90, and the host compiler runs
-them through cuda_emulation.h on poisoned random inputs, byte-compared with their NumPy twins."""
+them through cuda_emulation.h on poisoned random inputs, byte-compared with their NumPy twins (the attention
+kernels: compared in relative error with the float64 twins and with dense attention)."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
 import subprocess
@@ -16,13 +18,26 @@ from hypothesis import strategies as st
 from minialloc.cuda_device import cuda_unavailable_reason
 from minialloc.kernels import KERNEL_DIR, KERNELS
 from minialloc.kernels import reference as ref
-from minialloc.kernels.check import compare_with_reference
-from minialloc.kernels.emulation import EmulatedKernels, compile_emulation, find_compiler, translation_unit
+from minialloc.kernels.check import (
+    ATTENTION_TOLERANCE,
+    compare_attention_with_reference,
+    compare_with_reference,
+    random_attention_case,
+)
+from minialloc.kernels.emulation import (
+    EmulatedKernels,
+    EmulatedLaunchError,
+    compile_emulation,
+    find_compiler,
+    translation_unit,
+)
+from minialloc.paging import copy_blocks_reference
 
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
 ORDERS = {"in order": 0, "reversed": 1, "shuffled": 987654321}
 _SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')
-_KINDS = {"unsigned long long": "u64", "unsigned int": "u32"}
+_KINDS = {"unsigned long long": "u64", "unsigned int": "u32", "float": "f32"}
+SOURCES = list(dict.fromkeys(spec.path for spec in KERNELS.values()))  # paged_attention.cu holds two kernels
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +80,7 @@ def test_every_kernel_compiles_to_ptx(arch, tmp_path):
 
     combined = tmp_path / "all_kernels.cu"  # what CuPy compiles: every kernel in one translation unit
     combined.write_text(kernel_source())
-    sources = [spec.path for spec in KERNELS.values()] + [combined]
+    sources = [*SOURCES, combined]
     result = subprocess.run([NVCC, "-ptx", f"-arch={arch}", *map(str, sources)], cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -185,6 +200,97 @@ def test_copy_blocks_with_fewer_cuda_blocks_than_pairs(kernels):
     assert np.array_equal(cache, want)
 
 
+def test_copy_waves_run_an_ordered_copy_list_as_parallel_launches(kernels):
+    """The block manager's ordered lists (chains, a source reused as a destination, a destination written twice)
+    through copy_waves and the kernel equal copy_blocks_reference, which copies one pair after another."""
+    rng = np.random.default_rng(kernels.order)
+    for _ in range(30):
+        cache = rng.integers(0, 256, (7, 12), dtype=np.uint8)
+        pairs = [tuple(int(x) for x in rng.integers(0, 7, 2)) for _ in range(int(rng.integers(0, 9)))]
+        want = cache.copy()
+        copy_blocks_reference(want, pairs)
+        launches = kernels.copy_blocks_in_order(cache, pairs, grid=2, block=3)
+        assert np.array_equal(cache, want), pairs
+        assert launches == len(ref.copy_waves(pairs)) <= len(pairs)
+    chain = [(0, 1), (1, 2), (2, 3)]  # a fork of a fork of a fork: every copy holds block 0
+    assert ref.copy_waves(chain) == [[(0, 1)], [(1, 2)], [(2, 3)]]
+    assert ref.copy_waves([(0, 1), (2, 3), (0, 4), (5, 5)]) == [[(0, 1), (2, 3), (0, 4)]]  # (5, 5): nothing
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=12))
+def test_copy_waves_are_legal_and_sequential(pairs):
+    waves = ref.copy_waves(pairs)
+    for wave in waves:
+        ref.check_pairs(6, wave)  # what the kernel accepts: raises otherwise
+    cache = np.arange(6 * 4, dtype=np.uint8).reshape(6, 4)
+    want, got = cache.copy(), cache.copy()
+    copy_blocks_reference(want, pairs)
+    for wave in waves:
+        ref.copy_blocks(got, wave)  # the kernel's twin: parallel semantics
+    assert np.array_equal(got, want)
+
+
+# -- attention --------------------------------------------------------------------------------------------------------
+def test_attention_matches_reference_and_dense_under_every_thread_order(kernels):
+    checks = compare_attention_with_reference(kernels, seed=100 + kernels.order % 1000, rounds=14)
+    assert [c.kernel for c in checks] == ["paged_attention", "paged_attention vs dense attention", "dense_attention"]
+    for c in checks:
+        assert c.cases == 14 and c.passed, c.first_failure
+        assert c.max_rel_error < ATTENTION_TOLERANCE
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(4, 4), (8, 2), (6, 1)])
+@pytest.mark.parametrize("block_size", [1, 7, 16])
+def test_paged_attention_over_long_contexts_and_grouped_heads(kernels, num_heads, num_kv_heads, block_size):
+    """Contexts of a few hundred tokens (many rounds of the token loop) over tables scattered through the cache,
+    against the twin and against dense attention over the same K and V laid out contiguously."""
+    rng = np.random.default_rng(block_size * 10 + num_heads)
+    head_dim, num_blocks = 64, 400
+    lens = np.array([300, 1, 257])
+    tables = np.stack([rng.permutation(num_blocks)[: -(-300 // block_size)] for _ in lens])
+    kv = rng.standard_normal((num_blocks, 2, block_size, num_kv_heads, head_dim), dtype=np.float32)
+    q = rng.standard_normal((len(lens), num_heads, head_dim), dtype=np.float32)
+    out = np.full(q.shape, np.nan, np.float32)
+    kernels.paged_attention(q, kv, tables, lens, 0.125, out=out)
+    assert ref.relative_error(out, ref.paged_attention(q, kv, tables, lens, 0.125)) < ATTENTION_TOLERANCE
+    k = np.stack([np.concatenate([kv[b, 0] for b in table])[:300] for table in tables])
+    v = np.stack([np.concatenate([kv[b, 1] for b in table])[:300] for table in tables])
+    assert ref.relative_error(out, ref.dense_attention(q, k, v, lens, 0.125)) < ATTENTION_TOLERANCE
+
+
+def test_attention_argument_checks_are_shared(kernels):
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 8), dtype=np.float32)
+    kv = rng.standard_normal((6, 2, 4, 2, 8), dtype=np.float32)
+    tables = np.array([[0, 1, 5], [2, 3, -1]])  # -1 past sequence 1's context: never read, allowed
+    lens = [9, 8]
+    bad_calls = [
+        (lambda r: r.paged_attention(q, kv, tables, [0, 3], 1.0), ValueError, "context length"),
+        (lambda r: r.paged_attention(q, kv, tables, [13, 3], 1.0), ValueError, "context length"),
+        (lambda r: r.paged_attention(q, kv, [[0, 1, 6], [2, 3, 4]], lens, 1.0), ValueError, "outside"),
+        (lambda r: r.paged_attention(q, kv, [[0, 1, 5], [2, -1, 4]], lens, 1.0), ValueError, "outside"),
+        (lambda r: r.paged_attention(q.astype(np.float64), kv, tables, lens, 1.0), TypeError, "float32"),
+        (lambda r: r.paged_attention(q[:, :3], kv, tables, lens, 1.0), TypeError, "contiguous"),
+        (lambda r: r.paged_attention(np.ascontiguousarray(q[:, :3]), kv, tables, lens, 1.0), ValueError,
+         "multiple of num_kv_heads"),
+        (lambda r: r.paged_attention(q, kv[..., :4].copy(), tables, lens, 1.0), ValueError, "head_dim"),
+        (lambda r: r.dense_attention(q, kv[:2, 0], kv[:2, 1].copy(), lens, 1.0), TypeError, "contiguous"),
+        (lambda r: r.dense_attention(q, kv[:2, 0].copy(), kv[:2, 1].copy(), [5, 3], 1.0), ValueError, "max_len"),
+    ]
+    for call, error, match in bad_calls:
+        for runner in (kernels, ref):
+            with pytest.raises(error, match=match):
+                call(runner)
+    out = np.zeros_like(q)
+    with pytest.raises(ValueError, match="whole warps"):
+        kernels.paged_attention(q, kv, tables, lens, 1.0, block=48)
+    with pytest.raises(ValueError, match="shaped like q"):
+        kernels.paged_attention(q, kv, tables, lens, 1.0, out=out[:1])
+    assert kernels.paged_attention(q, kv, tables, lens, 1.0, out=out) is out
+    assert ref.relative_error(out, ref.paged_attention(q, kv, tables, lens, 1.0)) < ATTENTION_TOLERANCE
+
+
 # -- the checks can fail ---------------------------------------------------------------------------------------------
 BUGGY = """
 extern "C" __global__ void fill_pattern(unsigned char* buf, unsigned long long offset,
@@ -216,6 +322,130 @@ def test_the_comparison_catches_a_missing_stride_and_a_missing_atomic(build_dir,
     assert checks[ORDERS["reversed"]]["guard_check"].max_abs_error > 0  # a later offset overwrote the first
 
 
+MUTATIONS = {
+    "reads one token past the context": ("const bool active = t < len;", "const bool active = t <= len;"),
+    "reads sequence 0's block table": ("tables[s * max_blocks + t / block_size]", "tables[t / block_size]"),
+    "reads the wrong slot of a block": ("t % block_size) * num_kv_heads", "(t + 1) % block_size) * num_kv_heads"),
+    "drops the last group's tokens": ("for (unsigned int base = 0; base < len; base += groups)",
+                                      "for (unsigned int base = 0; base + groups < len; base += groups)"),
+    "forgets the running-max rescale": ("acc[j] = acc[j] * rescale + p * vr[j];", "acc[j] = acc[j] + p * vr[j];"),
+    "merges the warps before they wrote": ("        __syncthreads();\n        // merge the warps",
+                                           "        // merge the warps"),
+}
+
+
+@pytest.mark.parametrize("bug", list(MUTATIONS))
+def test_the_attention_comparison_catches_a_broken_kernel(build_dir, tmp_path, bug):
+    old, new = MUTATIONS[bug]
+    text = KERNELS["paged_attention"].path.read_text()
+    assert old in text
+    source = tmp_path / "paged_attention.cu"
+    source.write_text(text.replace(old, new))
+    lib = compile_emulation({"paged_attention": source, "dense_attention": source}, build_dir)
+    check = compare_attention_with_reference(EmulatedKernels(lib, order=ORDERS["shuffled"]), seed=3, rounds=6)[0]
+    assert check.max_rel_error > 1e-3 and not check.passed, bug
+
+
+COOPERATION_BUGS = """
+extern "C" __global__ void divergent_shuffle(float* out) {
+    float x = (float)threadIdx.x;
+    if (threadIdx.x < 16) x += __shfl_xor_sync(0xffffffffu, x, 1);  // half the warp: undefined on a GPU
+    out[threadIdx.x] = x;
+}
+extern "C" __global__ void barrier_after_exit(float* out) {
+    if (threadIdx.x == 0) return;  // one thread leaves, the others wait for it at the barrier
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+extern "C" __global__ void shuffle_everyone(float* out) {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 5);
+}
+"""
+
+
+def test_emulation_refuses_what_would_hang_or_be_undefined_on_a_gpu(build_dir, tmp_path):
+    source = tmp_path / "bugs.cu"
+    source.write_text(COOPERATION_BUGS)
+    unit = [f'#include "{KERNEL_DIR / "cuda_emulation.h"}"', f'#include "{source}"',
+            "MINIALLOC_EMULATE_COOPERATIVE(divergent_shuffle)", "MINIALLOC_EMULATE_COOPERATIVE(barrier_after_exit)",
+            "MINIALLOC_EMULATE_COOPERATIVE(shuffle_everyone)",
+            # the same shuffle launched the plain way (threads one after another), exported under another name
+            'extern "C" int emu_plain(unsigned int g, unsigned int b, unsigned long long o, void** a) {',
+            "    emu::launch_error = nullptr;",
+            "    emu::launch(shuffle_everyone, g, b, o, a);",
+            "    return emu::launch_error == nullptr ? 0 : 1;",
+            "}"]
+    library = tmp_path / "bugs.so"
+    result = subprocess.run([find_compiler(), "-std=c++17", "-shared", "-fPIC", "-x", "c++", "-", "-o",
+                             str(library)], input="\n".join(unit) + "\n", capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lib = ctypes.CDLL(str(library))
+    lib.emu_last_error.restype = ctypes.c_char_p
+    out = np.zeros(64, np.float32)
+    holder = ctypes.c_void_p(out.ctypes.data)
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(holder))
+    for name in ("divergent_shuffle", "barrier_after_exit"):
+        assert getattr(lib, f"emu_{name}")(1, 32, 0, args) == 1
+        assert b"never reaches" in lib.emu_last_error()
+    assert lib.emu_shuffle_everyone(2, 64, 7, args) == 0
+    assert out.tolist() == [float(t ^ 5) for t in range(64)]  # lane ^ 5, within each warp of each block
+    assert lib.emu_plain(1, 32, 0, args) == 1
+    assert b"not launched cooperatively" in lib.emu_last_error()
+
+
+def test_a_cooperative_kernel_registered_as_plain_raises(build_dir, tmp_path, monkeypatch):
+    """The Python runner turns a refused launch into EmulatedLaunchError, naming the kernel and the reason."""
+    from dataclasses import replace
+
+    from minialloc import kernels as kernels_pkg
+
+    monkeypatch.setitem(kernels_pkg.KERNELS, "paged_attention",
+                        replace(KERNELS["paged_attention"], cooperative=False))
+    lib = compile_emulation({"paged_attention": KERNELS["paged_attention"].path}, build_dir)
+    monkeypatch.undo()
+    case = random_attention_case(np.random.default_rng(0))
+    with pytest.raises(EmulatedLaunchError, match=r"paged_attention<<<.*not launched cooperatively"):
+        EmulatedKernels(lib).paged_attention(case.q, case.kv_cache, case.block_tables, case.context_lens, 1.0)
+
+
+
+def test_gpu_checks_attention_benchmark_runs_on_the_emulation(build_dir):
+    """tools/gpu_check.py's benchmark (workload, timing, bandwidth and overhead rows) only runs for real on a GPU;
+    here the same code runs on the CPU emulation with a wall-clock timer, so a slip in it shows before then."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).parent.parent / "tools" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+
+    def seconds(fn):
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    w = gpu_check.attention_workload(np, 3, 2, 8, 4, (5, 13), seed=1)
+    for s, n in enumerate(w["lens"]):  # the contiguous copy holds each position's slot, read through the table
+        for pos in range(n):
+            assert np.array_equal(w["k"][s, pos], w["kv"][w["tables"][s, pos // 4], 0, pos % 4])
+            assert np.array_equal(w["v"][s, pos], w["kv"][w["tables"][s, pos // 4], 1, pos % 4])
+    used = np.concatenate([w["tables"][s, : -(-n // 4)] for s, n in enumerate(w["lens"])])
+    assert sorted(used.tolist()) == list(range(w["kv"].shape[0]))  # every block of the cache, each once
+    kv_read = sum(w["k"][s, :n].nbytes + w["v"][s, :n].nbytes for s, n in enumerate(w["lens"]))
+    assert w["kv_bytes"] == kv_read + 2 * w["q"].nbytes + 4 * (w["tables"].size + 3)  # + out, int32 metadata
+    bench = gpu_check.attention_benchmark(EmulatedKernels.build(build_dir), seconds, np.copyto, num_seqs=3,
+                                          num_heads=2, head_dim=8, block_size=4, len_range=(5, 40),
+                                          copy_bytes=1 << 16)
+    assert bench.agreement < ATTENTION_TOLERANCE and bench.paged_s > 0 and bench.dense_s > 0
+    assert 5 <= bench.lens[0] <= bench.lens[1] <= 40 and bench.share == bench.bandwidth / bench.copy_bytes_per_s
+    rows = gpu_check.attention_bench_rows(bench)
+    assert [r.check for r in rows] == ["paged_attention bandwidth vs device-to-device copy",
+                                       "paged_attention time vs dense attention"]
+    assert all(r.result in ("PASS", "FAIL") and "GB/s" in rows[0].detail for r in rows)
+    slow = bench._replace(paged_s=bench.dense_s * 1.3)
+    assert gpu_check.attention_bench_rows(slow)[1].result == "FAIL"  # +30%: worse than the paper
+
+
 # -- the GPU runner --------------------------------------------------------------------------------------------------
 def test_gpu_runner_is_lazy():
     """Building a CupyKernels compiles nothing and needs no GPU; the module exists only after a launch."""
@@ -232,3 +462,11 @@ def test_gpu_kernels_match_reference():
 
     for c in compare_with_reference(CupyKernels(), seed=5, rounds=16, max_size=1 << 20):
         assert c.max_abs_error == 0, c.first_failure
+
+
+@pytest.mark.skipif(cuda_unavailable_reason() is not None, reason="needs a CUDA GPU")
+def test_gpu_attention_matches_reference():
+    from minialloc.kernels.gpu import CupyKernels
+
+    for c in compare_attention_with_reference(CupyKernels(), seed=5, rounds=12, max_context=900, max_seqs=6):
+        assert c.passed, c.first_failure

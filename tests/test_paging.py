@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from minialloc.paging import (
     KVCache,
     KVSpec,
     OutOfBlocksError,
+    RequestTooLongError,
     SwappedSequenceError,
     UnknownSequenceError,
     check_invariants,
@@ -367,3 +370,233 @@ def test_random_operations_keep_the_invariants(ops: list[tuple[str, int, int]]) 
             assert ({s: list(x.table) for s, x in m.seqs.items()}, m.num_free_blocks) == before
         check_invariants(m, host)
         m.take_copies()
+
+
+
+# -- the property with data: nobody reads another sequence's tokens --------------------------------------------------
+NUM_BLOCKS, HOST_BLOCKS, MOD = 10, 6, 16_777_213  # MOD < 2**24: every tag is exact in float32
+
+
+@cache
+def emulated_kernels():  # built once per session (hypothesis calls the test many times)
+    from minialloc.kernels.emulation import EmulatedKernels, EmulationUnavailable
+
+    try:
+        return EmulatedKernels.build()
+    except EmulationUnavailable as e:
+        pytest.skip(str(e))
+
+
+def kv_tags(tokens: list[int]) -> list[float]:
+    """What a model would store for each position: a function of the whole prefix up to it (as real K and V are),
+    so two sequences may hold the same tag only where they share the prefix, and prefix sharing stays legal."""
+    tags, h = [], 0
+    for t in tokens:
+        h = (h * 1_000_003 + t + 1) % MOD
+        tags.append(float(h))
+    return tags
+
+
+class Engine:
+    """The block manager with the KV data modelled: K of each slot holds the prefix tag of its token, V its
+    position. Data moves the way a serving engine moves it: the prefill writes what the prefix cache did not hold,
+    each decoded token is written after its copy-on-write copy, swaps copy blocks to a host store and back."""
+
+    def __init__(self, kernels) -> None:
+        alloc = CachingAllocator(SimulatedGPU("64MiB"), AllocatorConfig())
+        self.cache = KVCache(alloc, KVSpec(1, 1, 1), NUM_BLOCKS, BS, with_data=True, kernels=kernels)
+        self.m = BlockManager(NUM_BLOCKS, BS)
+        self.host = HostPool(self.m, HOST_BLOCKS)
+        self.host_kv = self.cache.new_host_store(HOST_BLOCKS)
+        self.expected: dict[int, list[int]] = {}  # the tokens every live sequence (GPU or host) must read
+        self.saved: dict[int, list[int]] = {}  # recomputed sequences, until they are allocated again
+        self.kv = self.cache.layer(0)
+
+    def write(self, seq_id: int, positions: range) -> None:
+        st, tags = self.m.seq(seq_id), kv_tags(self.m.seq(seq_id).tokens)
+        for pos in positions:
+            self.kv[st.table[pos // BS], 0, pos % BS, 0, 0] = tags[pos]
+            self.kv[st.table[pos // BS], 1, pos % BS, 0, 0] = pos
+
+    def read(self, kv: np.ndarray, table: list[int], n: int) -> tuple[list[float], list[float]]:
+        return ([float(kv[table[p // BS], 0, p % BS, 0, 0]) for p in range(n)],
+                [float(kv[table[p // BS], 1, p % BS, 0, 0]) for p in range(n)])
+
+    def check(self) -> None:
+        check_invariants(self.m, self.host)
+        assert set(self.m.seqs) | set(self.host.seqs) == set(self.expected)
+        for sid, tokens in self.expected.items():
+            on_gpu = sid in self.m.seqs
+            st = self.m.seqs[sid] if on_gpu else self.host.seqs[sid]
+            assert st.tokens == tokens
+            k, v = self.read(self.kv if on_gpu else self.host_kv[0], st.table, len(tokens))
+            assert k == kv_tags(tokens), f"sequence {sid} reads tokens that are not its own"
+            assert v == list(map(float, range(len(tokens))))
+
+    def op(self, op: str, a: int, b: int) -> None:
+        m, host = self.m, self.host
+        if op == "alloc" and a not in m.seqs and a not in m.swapped:
+            tokens = self.saved.pop(a, None) or [t % 3 for t in range(b * 2)]  # few distinct tokens: prefix hits
+            if not tokens:
+                return
+            cached = m.allocate(a, tokens)
+            self.expected[a] = list(tokens)
+            self.write(a, range(cached, len(tokens)))  # the prefill computes only what the cache lacked
+        elif op == "append" and a in m.seqs:
+            copy = m.append_token(a, b % 3)
+            if copy is not None:
+                self.cache.copy_blocks(m.take_copies())
+            self.expected[a].append(b % 3)
+            self.write(a, range(len(self.expected[a]) - 1, len(self.expected[a])))
+        elif op == "fork" and a in m.seqs and b not in m.seqs and b not in m.swapped:
+            m.fork(a, b)
+            self.expected[b] = list(self.expected[a])
+            self.saved.pop(b, None)
+        elif op == "free" and a in m.seqs:
+            m.free(a)
+            del self.expected[a]
+        elif op == "preempt" and a in m.seqs:
+            self.saved[a] = m.preempt(a)
+            del self.expected[a]
+        elif op == "swap" and a in m.seqs:
+            self.cache.swap_out(host.swap_out([a]), self.host_kv)
+        elif op == "swap" and a in host.seqs:
+            self.cache.swap_in(host.swap_in([a]), self.host_kv)
+
+    def drain(self) -> None:
+        """Everything finishes: swapped sequences come back when they fit (else are dropped), all are freed."""
+        for sid in list(self.host.seqs):
+            try:
+                self.cache.swap_in(self.host.swap_in([sid]), self.host_kv)
+            except OutOfBlocksError:
+                self.host.drop([sid])
+                del self.expected[sid]
+            self.check()
+        for sid in list(self.m.seqs):
+            self.m.free(sid)
+            del self.expected[sid]
+        self.check()
+
+
+ENGINE_OPS = st.lists(
+    st.tuples(st.sampled_from(["alloc", "append", "append", "fork", "free", "preempt", "swap"]),
+              st.integers(0, 7), st.integers(0, 9)),
+    max_size=80,
+)
+
+
+@pytest.mark.parametrize("runner", ["numpy twin", "copy_blocks kernel (CPU emulation)"])
+@settings(max_examples=120, deadline=None)
+@given(ENGINE_OPS)
+def test_no_sequence_ever_reads_another_sequences_tokens(runner: str, ops: list[tuple[str, int, int]]) -> None:
+    """Random fork / append / free / preempt (recompute and swap) on a 10-block cache: after every operation each
+    sequence reads, through its block table, exactly the K/V of its own tokens; reference counts match the tables;
+    at the end every reference count is 0 and every block, GPU and host, is back in its pool."""
+    engine = Engine(None if runner == "numpy twin" else emulated_kernels())
+    for op, a, b in ops:
+        before = ({s: list(x.table) for s, x in engine.m.seqs.items()}, engine.m.num_free_blocks)
+        try:
+            engine.op(op, a, b)
+        except OutOfBlocksError:
+            assert ({s: list(x.table) for s, x in engine.m.seqs.items()}, engine.m.num_free_blocks) == before
+        engine.check()
+    engine.drain()
+    assert all(block.ref_cnt == 0 for block in engine.m.blocks)
+    assert engine.m.num_free_blocks == NUM_BLOCKS and sorted(engine.host.free) == list(range(HOST_BLOCKS))
+    assert not engine.m.seqs and not engine.host.seqs and not engine.m.swapped
+
+
+def test_the_property_check_catches_a_missed_copy_on_write() -> None:
+    """If the copy of copy-on-write were skipped, the writer's new block would hold garbage: check() must see it."""
+    engine = Engine(None)
+    engine.op("alloc", 0, 3)  # 6 tokens: a full block and a partial one
+    engine.op("fork", 0, 1)
+    copy = engine.m.append_token(1, 2)  # done by hand, without applying the copy
+    assert copy is not None
+    engine.expected[1].append(2)
+    engine.write(1, range(6, 7))
+    with pytest.raises(AssertionError, match="sequence 1 reads tokens that are not its own"):
+        engine.check()
+
+
+# -- the KV data path: copy-on-write through the kernel, swap, attention --------------------------------------------
+@pytest.mark.parametrize("runner", ["numpy twin", "copy_blocks kernel (CPU emulation)"])
+def test_kv_cache_copy_blocks_applies_an_ordered_list_to_every_layer(runner: str) -> None:
+    kernels = None if runner == "numpy twin" else emulated_kernels()
+    alloc = CachingAllocator(SimulatedGPU("64MiB"), AllocatorConfig())
+    cache = KVCache(alloc, KVSpec(3, 2, 5), 8, BS, with_data=True, kernels=kernels)
+    rng = np.random.default_rng(0)
+    cache.data[...] = rng.standard_normal(cache.data.shape, dtype=np.float32)
+    want = cache.data.copy()
+    pairs = [(0, 1), (1, 2), (5, 0), (3, 4), (3, 6), (7, 4)]  # a chain, a source reused, a destination rewritten
+    for layer in want:
+        copy_blocks_reference(layer, pairs)
+    launches = cache.copy_blocks(pairs)
+    assert np.array_equal(cache.data, want)
+    assert launches == (0 if kernels is None else 3)  # waves: [(0,1), (3,4), (3,6)], [(1,2), (7,4)], [(5,0)]
+    assert np.array_equal(want[:, 2], want[:, 1]) and not np.array_equal(want[:, 0], want[:, 1])
+
+
+@pytest.mark.parametrize("runner", ["numpy twin", "copy_blocks kernel (CPU emulation)"])
+def test_kv_cache_swap_round_trip_moves_every_layer(runner: str) -> None:
+    kernels = None if runner == "numpy twin" else emulated_kernels()
+    alloc = CachingAllocator(SimulatedGPU("64MiB"), AllocatorConfig())
+    cache = KVCache(alloc, KVSpec(2, 1, 3), 6, BS, with_data=True, kernels=kernels)
+    cache.data[...] = np.arange(cache.data.size, dtype=np.float32).reshape(cache.data.shape)
+    before = cache.data.copy()
+    host = cache.new_host_store(4)
+    cache.swap_out([(4, 0), (1, 3)], host)
+    assert np.array_equal(host[:, 0], before[:, 4]) and np.array_equal(host[:, 3], before[:, 1])
+    assert not host[:, 1:3].any()
+    cache.data[...] = 0
+    cache.swap_in([(3, 5), (0, 2)], host)
+    assert np.array_equal(cache.data[:, 5], before[:, 1]) and np.array_equal(cache.data[:, 2], before[:, 4])
+    cache.swap_out([], host)  # nothing to do
+    assert np.count_nonzero(cache.data[:, [0, 1, 3, 4]]) == 0
+
+
+def test_kv_cache_attention_uses_the_kernel_when_given_one() -> None:
+    from minialloc.kernels.reference import relative_error
+
+    alloc = CachingAllocator(SimulatedGPU("64MiB"), AllocatorConfig())
+    rng = np.random.default_rng(2)
+    caches = [KVCache(alloc, KVSpec(2, 2, 16), 12, BS, with_data=True, kernels=k) for k in (None, emulated_kernels())]
+    for c in caches:
+        c.data[...] = np.random.default_rng(1).standard_normal(c.data.shape, dtype=np.float32)
+    q = rng.standard_normal((2, 4, 16), dtype=np.float32)
+    tables, lens = np.array([[3, 7, 1], [11, 0, -1]]), [10, 5]
+    twin, kernel = (c.attention(1, q, tables, lens, 0.25) for c in caches)
+    assert relative_error(kernel, twin) < 1e-5
+    assert relative_error(twin, paged_attention_reference(q, caches[0].layer(1), tables, lens, 0.25)) == 0
+
+
+def test_copy_blocks_reference_checks_the_block_range() -> None:
+    kv = np.zeros((4, 2, BS, 1, 1), np.float32)
+    with pytest.raises(ValueError, match=r"block pair \(0, -1\) outside \[0, 4\)"):
+        copy_blocks_reference(kv, [(0, -1)])  # NumPy would have copied into the last block
+
+
+def test_host_pool_drop_returns_a_swapped_sequences_blocks() -> None:
+    m = BlockManager(8, BS)
+    host = HostPool(m, 4)
+    m.allocate(0, toks(0, 6))
+    m.fork(0, 1)
+    host.swap_out([0, 1])
+    host.drop([0])
+    assert host.ref_cnt == [1, 1, 0, 0]  # both host blocks were shared by the two sequences
+    check_invariants(m, host)
+    host.drop([1])
+    assert sorted(host.free) == [0, 1, 2, 3] and not m.swapped and {0, 1} <= m.finished
+    with pytest.raises(UnknownSequenceError, match="not swapped out"):
+        host.drop([1])
+    with pytest.raises(FinishedSequenceError):
+        m.append_token(0, 1)
+
+
+def test_allocate_rejects_a_sequence_longer_than_the_whole_cache() -> None:
+    m = BlockManager(4, BS)
+    with pytest.raises(RequestTooLongError, match=r"sequence 3: 17 tokens need 5 KV blocks of 4 tokens, the whole "
+                                                  r"cache has 4 blocks \(16 tokens\)"):
+        m.allocate(3, toks(0, 17))
+    m.allocate(3, toks(0, 16))  # exactly the whole cache fits
+    check_invariants(m)

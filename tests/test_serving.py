@@ -7,16 +7,18 @@ import json
 import numpy as np
 import pytest
 
-from minialloc.paging import BlockManager, HostPool, check_invariants
+from minialloc.paging import BlockManager, HostPool, OutOfBlocksError, RequestTooLongError, check_invariants
 from minialloc.serving import (
     MAX_MODEL_LEN,
     MAX_PROMPT_LEN,
     PAPER,
+    SYSTEMS,
     Group,
     Request,
     Scheduler,
     format_table,
     main,
+    requirements,
     sample_requests,
     serve_sim,
     simulate_contiguous,
@@ -32,6 +34,12 @@ def sharegpt() -> dict:
 @pytest.fixture(scope="module")
 def alpaca() -> dict:
     return serve_sim("alpaca", 400, seed=0, sharing_requests=200)
+
+
+@pytest.fixture(scope="module")
+def default() -> dict:
+    """`minialloc serve-sim` with no options: the ShareGPT-like trace of 1000 requests, seed 0."""
+    return serve_sim()
 
 
 # -- the trace ------------------------------------------------------------------------------------------------------
@@ -110,14 +118,42 @@ def test_scheduler_rejects_bad_settings() -> None:
         Scheduler(BlockManager(4), "swap")
 
 
-def test_a_request_larger_than_the_cache_is_an_error() -> None:
-    reqs = [Request(0, tuple(range(1000)), 1000)]
-    with pytest.raises(RuntimeError, match="cannot fit"):
-        simulate_paged(reqs, kv_bytes=512 * 2**20)  # not even the prompt
-    with pytest.raises(RuntimeError, match="needs more KV blocks than the whole cache"):
-        simulate_paged(reqs, kv_bytes=1024 * 2**20)  # the prompt fits, the output does not
-    with pytest.raises(RuntimeError, match="cannot fit"):
-        simulate_contiguous(reqs, kv_bytes=512 * 2**20)
+def test_a_request_longer_than_the_whole_cache_is_rejected_naming_the_sizes() -> None:
+    reqs = [_request(0, 10, 5), Request(1, tuple(range(1000)), 1000), _request(2, 10, 5)]
+    # 1 GiB of OPT-13B KV: 81 blocks of 16 tokens (1296 tokens); the request needs 2000 tokens in 125 blocks
+    message = (r"request 1 is longer than the whole KV cache: 1000 prompt \+ 1000 output tokens = 2000 tokens need "
+               r"125 blocks of 16 tokens, and the cache has 81 blocks \(1296 tokens\)")
+    with pytest.raises(RequestTooLongError, match=message):
+        simulate_paged(reqs, kv_bytes=1024 * 2**20)  # the prompt alone would fit: rejected all the same
+    m = BlockManager(81, 16)
+    with pytest.raises(RequestTooLongError, match=message):
+        Scheduler(m).add(Group(reqs[1]))
+    with pytest.raises(RequestTooLongError, match=r"sequence 5: 1297 tokens need 82 KV blocks of 16 tokens, the "
+                                                  r"whole cache has 81 blocks \(1296 tokens\)"):
+        m.allocate(5, list(range(1297)))
+    assert not isinstance(RequestTooLongError("x"), OutOfBlocksError)  # not "wait for blocks": never
+    assert m.num_free_blocks == 81 and not m.seqs
+    with pytest.raises(RequestTooLongError, match=r"reservation of 2048 tokens \(1.56 GiB\) does not fit in "
+                                                  r"1024.00 MiB"):
+        simulate_contiguous(reqs[1:2], kv_bytes=1024 * 2**20)
+    # exactly the whole cache is not too long: alone, a sequence may use every block (no admission watermark)
+    assert simulate_paged([Request(0, tuple(range(600)), 696)], kv_bytes=1024 * 2**20)["finished_requests"] == 1
+
+
+def test_a_group_longer_than_the_whole_cache_is_rejected_when_it_shows() -> None:
+    """Each of 3 parallel samples alone needs 11 of the 32 blocks, all three 33: found when the group runs alone."""
+    m = BlockManager(32, 4)
+    sched = Scheduler(m)
+    sched.add(Group(_request(0, 3, 40), "parallel", 3))
+    with pytest.raises(RequestTooLongError, match=r"request 0 \(parallel, 3 sequence\(s\) of 3 prompt \+ 40 output "
+                                                  r"tokens\) holds \d+ tokens and needs more blocks, running alone: "
+                                                  r"the whole cache has 32 blocks of 4 tokens \(128 tokens\)"):
+        for _ in range(100):
+            sched.retire(sched.step())
+    sched = Scheduler(BlockManager(32, 4), max_num_seqs=2)
+    sched.add(Group(_request(0, 3, 4), "beam", 3))
+    with pytest.raises(RequestTooLongError, match="cannot be admitted even into the empty cache.*at most 2 seq"):
+        sched.step()
 
 
 def test_paged_simulation_keeps_the_invariants_every_step() -> None:
@@ -129,10 +165,33 @@ def test_paged_simulation_keeps_the_invariants_every_step() -> None:
 
 
 # -- the comparison (paper Fig. 2) ------------------------------------------------------------------------------------
+def test_the_issues_requirements_hold_on_the_default_workload(default: dict) -> None:
+    """Paged: >= 96% of KV memory in use holds tokens; contiguous (reserving the maximum, the paper's baseline):
+    within the paper's 20-40% on the same trace; paged admits at least twice as many concurrent sequences."""
+    assert default["workload"] == "sharegpt" and default["num_requests"] == 1000
+    paged, contiguous = default["paged"], default["contiguous"]
+    assert contiguous["policy"] == "max"
+    assert paged["token_share"] >= 0.96
+    assert 0.20 <= contiguous["token_share"] <= 0.40
+    assert paged["max_concurrent"] >= 2 * contiguous["max_concurrent"]
+    assert paged["finished_requests"] == contiguous["finished_requests"] == 1000
+    assert default["requirements"] == requirements(paged, contiguous)
+    assert all(v for k, v in default["requirements"].items() if k != "concurrency_gain")
+
+
+def test_requirements_can_fail() -> None:
+    paged = {"token_share": 0.95, "max_concurrent": 13}
+    contiguous = {"token_share": 0.41, "max_concurrent": 7}
+    assert requirements(paged, contiguous) == {
+        "paged_token_share_at_least_96pct": False, "contiguous_token_share_in_20_40pct": False,
+        "concurrency_gain": 13 / 7, "paged_admits_at_least_2x": False}
+
+
 @pytest.mark.parametrize("name", ["sharegpt", "alpaca"])
 def test_waste_shares_add_up(name: str, sharegpt: dict, alpaca: dict) -> None:
     result = sharegpt if name == "sharegpt" else alpaca
-    for system, s in result["systems"].items():
+    for system in SYSTEMS:
+        s = result[system]
         total = s["token_share"] + s["reserved_share"] + s["internal_share"] + s["external_share"]
         assert total == pytest.approx(1.0), system
         assert min(s["token_share"], s["reserved_share"], s["internal_share"], s["external_share"]) >= 0
@@ -140,25 +199,25 @@ def test_waste_shares_add_up(name: str, sharegpt: dict, alpaca: dict) -> None:
 
 def test_paged_wastes_at_most_a_partial_block(sharegpt: dict, alpaca: dict) -> None:
     for result in (sharegpt, alpaca):
-        paged = result["systems"]["paged"]
+        paged = result["paged"]
         assert paged["max_empty_slots_per_seq"] <= 15
         assert paged["reserved_share"] == paged["external_share"] == 0.0
-    assert sharegpt["systems"]["paged"]["token_share"] > 0.96  # paper: under 4% waste
+    assert sharegpt["paged"]["token_share"] > 0.96  # paper: under 4% waste
 
 
 def test_contiguous_holds_far_fewer_tokens_than_paged(sharegpt: dict) -> None:
-    systems = sharegpt["systems"]
+    r = sharegpt
     lo, hi = PAPER["token_share_contiguous"]
-    assert lo - 0.1 < systems["contiguous-max"]["token_share"] < hi  # the paper's 20.4-38.2% band
-    assert systems["contiguous-max"]["token_share"] < systems["contiguous-pow2"]["token_share"]
-    assert systems["contiguous-pow2"]["token_share"] < systems["contiguous-oracle"]["token_share"] < 0.6
-    assert systems["contiguous-max"]["internal_share"] > 0.4  # reserving 2048 slots is mostly internal waste
-    assert systems["contiguous-oracle"]["internal_share"] < 0.01
-    assert systems["contiguous-oracle"]["external_share"] > 0.05  # variable sizes fragment the allocator
-    paged = systems["paged"]
-    assert paged["token_share"] - systems["contiguous-oracle"]["token_share"] > 0.3
-    assert paged["max_concurrent_seqs"] > 5 * systems["contiguous-max"]["max_concurrent_seqs"]
-    assert paged["steps"] < systems["contiguous-oracle"]["steps"] < systems["contiguous-max"]["steps"]
+    assert lo < r["contiguous"]["token_share"] < hi  # the paper's 20.4-38.2% band
+    assert r["contiguous"]["token_share"] < r["contiguous_pow2"]["token_share"]
+    assert r["contiguous_pow2"]["token_share"] < r["contiguous_oracle"]["token_share"] < 0.6
+    assert r["contiguous"]["internal_share"] > 0.4  # reserving 2048 slots is mostly internal waste
+    assert r["contiguous_oracle"]["internal_share"] < 0.01
+    assert r["contiguous_oracle"]["external_share"] > 0.05  # variable sizes fragment the allocator
+    paged = r["paged"]
+    assert paged["token_share"] - r["contiguous_oracle"]["token_share"] > 0.3
+    assert paged["max_concurrent"] > 5 * r["contiguous"]["max_concurrent"]
+    assert paged["steps"] < r["contiguous_oracle"]["steps"] < r["contiguous"]["steps"]
 
 
 # -- sharing (paper Fig. 15) --------------------------------------------------------------------------------------
@@ -193,12 +252,16 @@ def test_serve_sim_is_deterministic_for_a_seed() -> None:
 def test_format_table_and_cli(sharegpt: dict, capsys: pytest.CaptureFixture[str]) -> None:
     table = format_table(sharegpt)
     for text in ("holding tokens", "external fragmentation", "max concurrent sequences", "parallel sampling",
-                 "beam search", "16.2%-30.5%", "contiguous-max", "paged"):
+                 "beam search", "16.2%-30.5%", "contiguous (max)", "contiguous (oracle)", "paged",
+                 "requirements: paged holds tokens in >= 96%: yes; contiguous (max) in 20-40%: yes"):
         assert text in table
     assert main(["--workload", "alpaca", "--requests", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["workload"] == "alpaca" and out["num_requests"] == 30 and out["sharing_requests"] == 7
-    assert set(out["systems"]) == {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged"}
+    for system in ("paged", "contiguous", "contiguous_pow2", "contiguous_oracle"):
+        assert 0 <= out[system]["token_share"] <= 1 and out[system]["max_concurrent"] >= 1
+    assert out["contiguous"]["policy"] == "max" and out["contiguous_oracle"]["policy"] == "oracle"
+    assert "systems" not in out
     assert main(["--requests", "20", "--seed", "3"]) == 0
     assert "ShareGPT-like trace, 20 requests (seed 3)" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -10,7 +10,12 @@ What it checks, each as a row of the table:
 3. minialloc itself on the real GPU (CudaGPU): the scenario with cudaMalloc and with real cuMemMap, and
    randomized traces with check_invariants after every step and every block filled with its own pattern and
    verified before it is freed (a block handed out twice shows as a corrupted pattern);
-4. the cost of one malloc or free: minialloc (simulated and real), PyTorch's allocator, CuPy's pool.
+4. the cost of one malloc or free: minialloc (simulated and real), PyTorch's allocator, CuPy's pool;
+5. paged attention (minialloc.kernels, paged_attention.cu): against its float64 twin and dense attention, on the
+   CPU through the emulation (always) and on the GPU (max relative error < 1e-5); its achieved bandwidth as a
+   share of the card's measured device-to-device copy bandwidth (target >= 60%); and its time against the same
+   kernel over contiguous K/V (dense_attention), the cost of reading through block tables (the paper measured
+   20-26% for vLLM's kernel; the row passes below 20%).
 
 --dry-run does every CPU-side part (emulated kernels, the prediction, minialloc's own cost) and marks the GPU rows
 "skipped". The exit status is 1 when any row FAILs.
@@ -233,6 +238,176 @@ def kernel_rows_gpu() -> list[Row]:
     return rows
 
 
+# -- paged attention -------------------------------------------------------------------------------------------------
+BANDWIDTH_TARGET = 0.60  # the issue: paged attention moves data at >= 60% of a device-to-device copy's rate
+OVERHEAD_TARGET = 0.20  # below the paper's 20-26% for vLLM's paged kernel against a contiguous one
+
+
+def attention_rows_cpu() -> list[Row]:
+    from minialloc.kernels.check import ATTENTION_TOLERANCE, compare_attention_with_reference
+    from minialloc.kernels.emulation import EmulatedKernels, EmulationUnavailable
+
+    orders = (0, 1, 20240607)
+    try:
+        runs = [compare_attention_with_reference(EmulatedKernels.build(order=o), seed=50 + i, rounds=8)
+                for i, o in enumerate(orders)]
+    except EmulationUnavailable as e:
+        return [Row("kernel paged_attention: CPU emulation vs NumPy", f"skipped: {e}", "")]
+    labels = {"paged_attention": "kernel paged_attention: CPU emulation vs NumPy",
+              "paged_attention vs dense attention": "paged_attention vs dense attention: CPU emulation",
+              "dense_attention": "kernel dense_attention: CPU emulation vs NumPy"}
+    rows = []
+    for checks in zip(*runs, strict=True):
+        err = max(c.max_rel_error for c in checks)
+        failure = next((c.first_failure for c in checks if c.first_failure), "")
+        rows.append(Row(labels[checks[0].kernel], "PASS" if all(c.passed for c in checks) else "FAIL",
+                        f"{sum(c.cases for c in checks)} random cases (GQA, odd lengths, scattered tables), 3 thread "
+                        f"orders, NaN-poisoned outputs, max rel err {err:.2g} (< {ATTENTION_TOLERANCE:g})"
+                        + (f"; first: {failure}" if failure else "")))
+    return rows
+
+
+class AttentionBench(NamedTuple):
+    num_seqs: int
+    num_heads: int
+    head_dim: int
+    block_size: int
+    lens: tuple[int, int]  # shortest and longest context
+    kv_bytes: int  # bytes the paged kernel must move: K and V of every context, q, out, tables
+    paged_s: float
+    dense_s: float
+    copy_bytes_per_s: float  # read + written per second by a device-to-device copy
+    agreement: float  # relative error between the paged and the dense kernel's outputs
+
+    @property
+    def bandwidth(self) -> float:
+        return self.kv_bytes / self.paged_s
+
+    @property
+    def share(self) -> float:
+        return self.bandwidth / self.copy_bytes_per_s
+
+    @property
+    def overhead(self) -> float:
+        return self.paged_s / self.dense_s - 1
+
+
+def _normal(xp: Any, seed: int, shape: tuple[int, ...]) -> Any:
+    import numpy as np
+
+    if xp is np:
+        return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    return xp.random.RandomState(seed).standard_normal(shape, dtype=xp.float32)
+
+
+def attention_workload(xp: Any, num_seqs: int, num_heads: int, head_dim: int, block_size: int,
+                       len_range: tuple[int, int], seed: int = 0) -> dict[str, Any]:
+    """Decode batch for the benchmark: context lengths uniform in len_range, every sequence's blocks scattered
+    over the cache (a random permutation, as after a while of serving), and the same K and V gathered into
+    contiguous [num_seqs, max_len, heads, head_dim] arrays for the dense kernel. Multi-head (kv heads = heads),
+    so every byte of K and V is read exactly once."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(len_range[0], len_range[1] + 1, num_seqs)
+    nblocks = -(-lens // block_size)
+    order = rng.permutation(int(nblocks.sum()))
+    tables = np.zeros((num_seqs, int(nblocks.max())), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(nblocks)])
+    for s in range(num_seqs):
+        tables[s, : nblocks[s]] = order[starts[s] : starts[s + 1]]
+    kv = _normal(xp, seed, (int(nblocks.sum()), 2, block_size, num_heads, head_dim))
+    q = _normal(xp, seed + 1, (num_seqs, num_heads, head_dim))
+    pos = np.arange(int(lens.max()))
+    blocks = np.take_along_axis(tables, np.minimum(pos // block_size, nblocks[:, None] - 1), axis=1)
+    offsets = np.broadcast_to(pos % block_size, blocks.shape)
+    where = (xp.asarray(blocks), xp.asarray(np.ascontiguousarray(offsets)))
+    k, v = kv[:, 0][where], kv[:, 1][where]  # position p of sequence s: its slot through the table
+    kv_bytes = 4 * (2 * int(lens.sum()) * num_heads * head_dim + 2 * q.size + tables.size + num_seqs)
+    return {"q": q, "kv": kv, "tables": tables, "lens": lens, "k": k, "v": v, "kv_bytes": kv_bytes}
+
+
+def attention_benchmark(kernels: Any, seconds: Callable[[Callable[[], Any]], float],
+                        device_copy: Callable[[Any, Any], Any], num_seqs: int = 256, num_heads: int = 32,
+                        head_dim: int = 128, block_size: int = 16, len_range: tuple[int, int] = (256, 2048),
+                        copy_bytes: int = 1 << 30) -> AttentionBench:
+    """Time paged_attention, dense_attention (the same kernel over contiguous K/V) and a device-to-device copy
+    of copy_bytes; `seconds(fn)` times one call of fn, `device_copy(dst, src)` copies a whole buffer."""
+    from minialloc.kernels.reference import relative_error
+
+    w = attention_workload(kernels.xp, num_seqs, num_heads, head_dim, block_size, len_range)
+    scale = head_dim**-0.5
+    paged = kernels.prepare_paged_attention(w["q"], w["kv"], w["tables"], w["lens"], scale)
+    dense = kernels.prepare_dense_attention(w["q"], w["k"], w["v"], w["lens"], scale)
+    paged_s, dense_s = seconds(paged), seconds(dense)
+    agreement = relative_error(kernels.to_host(paged()), kernels.to_host(dense()))
+    src = kernels.xp.ones(copy_bytes, dtype=kernels.xp.uint8)
+    dst = kernels.xp.empty_like(src)
+    copy_s = seconds(lambda: device_copy(dst, src))
+    return AttentionBench(num_seqs, num_heads, head_dim, block_size, (int(w["lens"].min()), int(w["lens"].max())),
+                          w["kv_bytes"], paged_s, dense_s, 2 * copy_bytes / copy_s, agreement)
+
+
+def attention_bench_rows(bench: AttentionBench) -> list[Row]:
+    from minialloc.kernels.check import ATTENTION_TOLERANCE
+
+    gb = 1e9
+    shape = (f"{bench.num_seqs} seqs, contexts {bench.lens[0]}-{bench.lens[1]}, {bench.num_heads} heads x "
+             f"{bench.head_dim}, blocks of {bench.block_size}, float32")
+    agree = bench.agreement < ATTENTION_TOLERANCE
+    return [
+        Row("paged_attention bandwidth vs device-to-device copy",
+            "PASS" if bench.share >= BANDWIDTH_TARGET else "FAIL",
+            f"{bench.bandwidth / gb:.0f} GB/s = {bench.share:.0%} of a cudaMemcpy D2D's "
+            f"{bench.copy_bytes_per_s / gb:.0f} GB/s (target >= {BANDWIDTH_TARGET:.0%}); "
+            f"{format_size(bench.kv_bytes)} in {bench.paged_s * 1e3:.2f} ms; {shape}"),
+        Row("paged_attention time vs dense attention",
+            "PASS" if bench.overhead < OVERHEAD_TARGET and agree else "FAIL",
+            f"paged {bench.paged_s * 1e3:.3f} ms, dense (same kernel, contiguous K/V) {bench.dense_s * 1e3:.3f} ms: "
+            f"ratio {bench.paged_s / bench.dense_s:.3f}, overhead {bench.overhead:+.1%} (paper: +20-26%; pass below "
+            f"+{OVERHEAD_TARGET:.0%}); outputs agree to rel err {bench.agreement:.2g}"),
+    ]
+
+
+def attention_rows_gpu() -> list[Row]:
+    import cupy
+
+    from minialloc.kernels.check import compare_attention_with_reference
+    from minialloc.kernels.gpu import CupyKernels
+
+    kernels = CupyKernels()
+    checks = compare_attention_with_reference(kernels, seed=9, rounds=16, max_context=1500, max_seqs=6)
+    failure = next((c.first_failure for c in checks if c.first_failure), "")
+    rows = [Row("paged_attention: GPU vs NumPy and dense attention", "PASS" if all(c.passed for c in checks)
+                else "FAIL", "; ".join(f"{c.kernel} max rel err {c.max_rel_error:.2g}" for c in checks)
+                + f" ({checks[0].cases} cases, contexts up to 1500)" + (f"; first: {failure}" if failure else ""))]
+
+    def seconds(fn: Callable[[], Any]) -> float:
+        """Best of 3 runs of 10 back-to-back calls, timed with events on the current stream."""
+        fn()  # compiles the module on first use
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        best = math.inf
+        for _ in range(3):
+            start.record()
+            for _ in range(10):
+                fn()
+            end.record()
+            end.synchronize()
+            best = min(best, cupy.cuda.get_elapsed_time(start, end) / 1e3 / 10)
+        return best
+
+    def device_copy(dst: Any, src: Any) -> None:
+        dst.data.copy_from_device_async(src.data, src.nbytes)  # cudaMemcpyAsync device to device
+
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    per_seq = (1152 + 2048) * 32 * 128 * 4 * 2  # paged (mean context) + dense (max_len) K and V
+    num_seqs = max(8, min(256, int(0.5 * (free - (2 << 30)) / per_seq)))
+    bench = attention_benchmark(kernels, seconds, device_copy, num_seqs=num_seqs,
+                                copy_bytes=min(1 << 30, free // 8))
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rows + attention_bench_rows(bench)
+
+
 def prediction_rows(source: str, ops: list[Op], capacity: int) -> list[Row]:
     native = predict(ops, capacity, "")
     expandable = predict(ops, capacity, "expandable_segments:True")
@@ -433,10 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     source, ops, capacity = canonical_scenario()
     rows: list[Row] = []
     guarded(rows, "kernels: CPU emulation", kernel_rows_cpu)
+    guarded(rows, "kernel paged_attention: CPU emulation vs NumPy", attention_rows_cpu)
     guarded(rows, "scenario prediction", lambda: prediction_rows(source, ops, capacity))
     torch_us = None
     if gpu_ok:
         guarded(rows, "kernels on the GPU", kernel_rows_gpu)
+        guarded(rows, "paged_attention on the GPU", attention_rows_gpu)
 
         def torch_section() -> list[Row]:
             nonlocal torch_us
@@ -446,7 +623,9 @@ def main(argv: list[str] | None = None) -> int:
         guarded(rows, "PyTorch", torch_section)
         guarded(rows, "minialloc on CudaGPU", lambda: cudagpu_rows(ops, capacity))
     else:
-        for i, name in enumerate(("kernels: GPU vs NumPy", "PyTorch native vs minialloc prediction",
+        for i, name in enumerate(("kernels: GPU vs NumPy", "paged_attention: GPU vs NumPy and dense attention",
+                     "paged_attention bandwidth vs device-to-device copy", "paged_attention time vs dense attention",
+                     "PyTorch native vs minialloc prediction",
                      "PyTorch expandable_segments:True", "minialloc on CudaGPU (cudaMalloc and cuMemMap)",
                      "cost: PyTorch allocator, CuPy pool, minialloc on CudaGPU")):
             rows.append(Row(name, skip, (reason or "") if i == 0 else ""))

@@ -5,7 +5,9 @@
     kernels.fill(buf, 3, 990, 0xDBDBDBDB, grid=2, block=32)   # a grid too small on purpose: the stride covers it
 
 `order` picks how the emulated threads are sequenced (0 in order, 1 reversed, larger values shuffle with that
-seed); running a check under several orders shows a kernel whose result depends on scheduling.
+seed); running a check under several orders shows a kernel whose result depends on scheduling. Cooperative
+kernels (KernelSpec.cooperative: __syncthreads, warp shuffles) run one block at a time, each thread a fiber, with
+the order applied to the blocks and to the threads of every phase between barriers (see cuda_emulation.h).
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ from . import EMULATION_HEADER, KERNEL_DIR, KERNELS, KernelSpec
 from .launch import Kernels
 
 CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC")  # warnings are the tests' business (-Werror there)
-_SCALARS = {"u64": ctypes.c_uint64, "u32": ctypes.c_uint32}
+_SCALARS = {"u64": ctypes.c_uint64, "u32": ctypes.c_uint32, "f32": ctypes.c_float}
 
 
 class EmulationUnavailable(RuntimeError):
     """No host C++ compiler to build the emulation with."""
+
+
+class EmulatedLaunchError(RuntimeError):
+    """The emulation refused a launch: a barrier or shuffle not every thread reached, or one in a kernel not
+    registered as cooperative. On a GPU that would hang or be undefined behaviour."""
 
 
 def find_compiler() -> str:
@@ -39,11 +46,17 @@ def find_compiler() -> str:
     return path
 
 
+def _macro(name: str) -> str:
+    spec = KERNELS.get(name)
+    return "MINIALLOC_EMULATE_COOPERATIVE" if spec is not None and spec.cooperative else "MINIALLOC_EMULATE"
+
+
 def translation_unit(sources: dict[str, Path]) -> str:
-    """The C++ the emulation compiles: the header, each kernel source once, and one exported launcher per kernel."""
+    """The C++ the emulation compiles: the header, each kernel source once, and one exported launcher per kernel
+    (cooperative for the kernels KERNELS marks so)."""
     unit = [f'#include "{EMULATION_HEADER}"']
     unit += [f'#include "{Path(path).resolve()}"' for path in dict.fromkeys(sources.values())]
-    unit += [f"MINIALLOC_EMULATE({name})" for name in sources]
+    unit += [f"{_macro(name)}({name})" for name in sources]
     return "\n".join(unit) + "\n"
 
 
@@ -79,7 +92,9 @@ def compile_emulation(sources: dict[str, Path], build_dir: Path | None = None) -
     for name in sources:
         fn = getattr(lib, f"emu_{name}")
         fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_void_p)]
-        fn.restype = None
+        fn.restype = ctypes.c_int
+    lib.emu_last_error.argtypes = []
+    lib.emu_last_error.restype = ctypes.c_char_p
     return lib
 
 
@@ -110,6 +125,7 @@ class EmulatedKernels(Kernels):
             if kind == "ptr":
                 holders.append(ctypes.c_void_p(value if isinstance(value, int) else self.address(value)))
             else:
-                holders.append(_SCALARS[kind](int(value)))
+                holders.append(_SCALARS[kind](float(value) if kind == "f32" else int(value)))
         slots = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-        getattr(self.lib, f"emu_{name}")(grid, block, self.order, slots)
+        if getattr(self.lib, f"emu_{name}")(grid, block, self.order, slots) != 0:
+            raise EmulatedLaunchError(f"{name}<<<{grid}, {block}>>>: {self.lib.emu_last_error().decode()}")

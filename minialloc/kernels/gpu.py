@@ -1,11 +1,12 @@
 """Run the CUDA kernels on a real GPU through CuPy.
 
 Nothing is compiled or loaded until the first launch: importing this module, or building a CupyKernels, costs
-nothing and works without a GPU. The first launch on a device compiles all four .cu files as one module with
+nothing and works without a GPU. The first launch on a device compiles every .cu file as one module with
 NVRTC (CuPy caches the binary on disk).
 
 Arguments go to the kernel with exact C widths: arrays as their device pointers, integer addresses as 64-bit
-pointers, scalars as numpy.uint64 / numpy.uint32, because CuPy would otherwise pick a width from the value.
+pointers, scalars as numpy.uint64 / numpy.uint32 / numpy.float32, because CuPy would otherwise pick a width from
+the value.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import numpy as np
 from . import KERNELS
 from .launch import Kernels
 
-_SCALARS = {"ptr": np.uint64, "u64": np.uint64, "u32": np.uint32}
+_SCALARS = {"ptr": np.uint64, "u64": np.uint64, "u32": np.uint32, "f32": np.float32}
 _module = None  # one RawModule for the process: CuPy compiles it once per device, on first use there
 _module_lock = threading.Lock()
 
 
 def kernel_source() -> str:
-    """All kernels as one translation unit (each .cu also compiles on its own; the tests check both)."""
-    return "\n".join(spec.path.read_text() for spec in KERNELS.values())
+    """All kernels as one translation unit, each file once (each .cu also compiles on its own; the tests check
+    both). Several kernels may share a file (paged_attention.cu holds the paged and the dense kernel)."""
+    return "\n".join(path.read_text() for path in dict.fromkeys(spec.path for spec in KERNELS.values()))
 
 
 def module():
@@ -77,7 +79,7 @@ class CupyKernels(Kernels):
     def _launch(self, name: str, grid: int, block: int, args: list) -> None:
         spec = KERNELS[name]
         packed = [
-            value if not isinstance(value, (int, np.integer)) else _SCALARS[kind](value)
+            value if not isinstance(value, (int, float, np.integer, np.floating)) else _SCALARS[kind](value)
             for (_, kind), value in zip(spec.params, args, strict=True)
         ]
         kernel = module().get_function(name)

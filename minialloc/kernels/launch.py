@@ -9,7 +9,7 @@ exactly the code the GPU runs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,15 @@ ULLONG_MAX = 2**64 - 1  # guard_check's "no mismatch yet" value
 
 
 class Kernels(ABC):
-    """The four kernels behind checked Python calls. `block` threads per block; grids are capped at `max_grid`
-    blocks and grid-stride loops cover the rest. Every call also takes grid= and block= to force a shape."""
+    """The kernels behind checked Python calls. `block` threads per block; grids are capped at `max_grid`
+    blocks and grid-stride loops cover the rest. Every call also takes grid= and block= to force a shape.
+
+    The attention kernels are the exception to both defaults: one CUDA block per (sequence, head), uncapped, of
+    ATTENTION_BLOCK threads (a multiple of 32, at most 256: the kernel's shared arrays are sized for 8 warps).
+    """
 
     xp: Any = np
+    ATTENTION_BLOCK = 128  # 4 warps, 16 token groups of 8 lanes: one 16-token KV block per round
 
     def __init__(self, block: int = 256, max_grid: int = 1024) -> None:
         if block < 1 or max_grid < 1:
@@ -118,3 +123,76 @@ class Kernels(ABC):
         grid = min(self.max_grid, len(arr)) if grid is None else grid
         grid, block = self._shape(len(arr), grid, block)
         self._launch("copy_blocks", grid, block, [cache, self.to_device(arr), len(arr), block_bytes // 4])
+
+    def copy_blocks_in_order(self, cache, pairs: Iterable[tuple[int, int]], *, grid: int | None = None,
+                             block: int | None = None) -> int:
+        """Run an ordered copy list (the block manager's, chains allowed) as copy_blocks launches, one per wave
+        of reference.copy_waves; on a GPU the launches share a stream, so they run in order. Returns the number of
+        launches. Equals paging.copy_blocks_reference on the same list."""
+        waves = reference.copy_waves(pairs)
+        for wave in waves:
+            self.copy_blocks(cache, wave, grid=grid, block=block)
+        return len(waves)
+
+    # -- attention -----------------------------------------------------------------------------------------------
+    def _attention_shape(self, items: int, grid: int | None, block: int | None) -> tuple[int, int]:
+        block = self.ATTENTION_BLOCK if block is None else block
+        if block % 32 or not 32 <= block <= 256:
+            raise ValueError(f"attention kernels need a block of 32-256 threads in whole warps, got {block}")
+        grid = min(items, 2**31 - 1) if grid is None else grid
+        if grid < 1:
+            raise ValueError(f"grid must be positive, got {grid}")
+        return grid, block
+
+    def _attention_out(self, out, q):
+        if out is None:
+            return self.xp.empty(q.shape, dtype=self.xp.float32)
+        if tuple(out.shape) != tuple(q.shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a contiguous float32 array shaped like q {tuple(q.shape)}")
+        return out
+
+    def prepare_paged_attention(self, q, kv_cache, block_tables, context_lens, scale: float, *, out=None,
+                                grid: int | None = None, block: int | None = None) -> Callable[[], Any]:
+        """Check the arguments and upload the metadata once; returns a function that launches the kernel and
+        returns `out` (what a benchmark times: nothing but the launch). q and kv_cache live where the kernels
+        run; block_tables and context_lens are host arrays (see reference.check_paged_attention)."""
+        args = reference.check_paged_attention(q, kv_cache, block_tables, context_lens)
+        assert args.block_tables is not None
+        out = self._attention_out(out, q)
+        tables, lens = self.to_device(args.block_tables), self.to_device(args.context_lens)
+        shape = self._attention_shape(args.num_seqs * args.num_heads, grid, block)
+        launch_args = [out, q, kv_cache, tables, lens, args.num_seqs, args.num_heads, args.num_kv_heads,
+                       args.head_dim, args.block_size, args.block_tables.shape[1], float(scale)]
+
+        def launch():
+            self._launch("paged_attention", *shape, launch_args)
+            return out
+
+        return launch
+
+    def paged_attention(self, q, kv_cache, block_tables, context_lens, scale: float, *, out=None,
+                        grid: int | None = None, block: int | None = None):
+        """Decode attention through block tables into `out` (new if None); see reference.paged_attention."""
+        return self.prepare_paged_attention(q, kv_cache, block_tables, context_lens, scale, out=out, grid=grid,
+                                            block=block)()
+
+    def prepare_dense_attention(self, q, k, v, context_lens, scale: float, *, out=None, grid: int | None = None,
+                                block: int | None = None) -> Callable[[], Any]:
+        """As prepare_paged_attention, over contiguous k and v [num_seqs, max_len, kv_heads, head_dim]."""
+        args = reference.check_dense_attention(q, k, v, context_lens)
+        out = self._attention_out(out, q)
+        lens = self.to_device(args.context_lens)
+        shape = self._attention_shape(args.num_seqs * args.num_heads, grid, block)
+        launch_args = [out, q, k, v, lens, args.num_seqs, args.num_heads, args.num_kv_heads, args.head_dim,
+                       args.max_len, float(scale)]
+
+        def launch():
+            self._launch("dense_attention", *shape, launch_args)
+            return out
+
+        return launch
+
+    def dense_attention(self, q, k, v, context_lens, scale: float, *, out=None, grid: int | None = None,
+                        block: int | None = None):
+        """Decode attention over contiguous K and V into `out` (new if None); see reference.dense_attention."""
+        return self.prepare_dense_attention(q, k, v, context_lens, scale, out=out, grid=grid, block=block)()

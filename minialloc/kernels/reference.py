@@ -2,7 +2,8 @@
 
 Each function here states what its kernel must do. The tests run the kernels (on the CPU through
 cuda_emulation.h, on a GPU through CuPy) on poisoned buffers and compare every byte with these functions, so a
-kernel that writes one byte too many, misses a tail, or races with itself is caught.
+kernel that writes one byte too many, misses a tail, or races with itself is caught. The attention kernels'
+twins are minialloc.paging's float64 references behind the kernels' checks, compared in relative error.
 
 The argument checks live here too, and the launch wrappers (launch.py) call the same ones: a kernel never sees
 an argument its twin would have refused. They take any array with NumPy's attributes (a CuPy array works too).
@@ -11,6 +12,7 @@ an argument its twin would have refused. They take any array with NumPy's attrib
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -145,3 +147,148 @@ def copy_blocks(cache: np.ndarray, pairs: Iterable[tuple[int, int]]) -> None:
     num_blocks, _ = check_cache(cache)
     arr = check_pairs(num_blocks, pairs)
     cache[arr[:, 1]] = cache[arr[:, 0]]
+
+
+def copy_waves(pairs: Iterable[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Split an ORDERED list of block copies into waves that copy_blocks may run in parallel.
+
+    The block manager records its copy-on-write pairs in the order they happened, and their meaning is "one after
+    another": a later pair may read a block an earlier pair wrote (a chain: a fork of a fork copies the first copy),
+    or write a block an earlier pair read (a freed source reused as a destination), or write the same destination
+    again. copy_blocks runs its pairs in parallel, so check_pairs refuses all three. Here a new wave starts at the
+    first pair that would conflict with the current wave; inside a wave no pair touches another's destination, so
+    running the waves in order, one launch each, equals running the pairs one by one (paging.copy_blocks_reference,
+    the definition). A pair copying a block onto itself changes nothing and is dropped.
+    """
+    waves: list[list[tuple[int, int]]] = []
+    wave: list[tuple[int, int]] = []
+    sources: set[int] = set()
+    destinations: set[int] = set()
+    for src, dst in pairs:
+        src, dst = int(src), int(dst)
+        if src == dst:
+            continue
+        if dst in destinations or dst in sources or src in destinations:
+            waves.append(wave)
+            wave, sources, destinations = [], set(), set()
+        wave.append((src, dst))
+        sources.add(src)
+        destinations.add(dst)
+    if wave:
+        waves.append(wave)
+    return waves
+
+
+# -- attention ------------------------------------------------------------------------------------------------------
+MAX_HEAD_DIM = 256  # paged_attention.cu: 16 lanes per token x 16 dimensions per lane
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class AttentionArgs:
+    """Checked attention arguments: the sizes the kernel takes, and the metadata as host int32 arrays."""
+
+    num_seqs: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    context_lens: np.ndarray  # [num_seqs] int32, each >= 1
+    block_tables: np.ndarray | None = None  # [num_seqs, max_blocks] int32 (paged only)
+    block_size: int = 0  # paged only
+    max_len: int = 0  # dense only
+
+
+def _check_float32(array, name: str, ndim: int) -> tuple[int, ...]:
+    if array.dtype != np.float32 or array.ndim != ndim or not array.flags.c_contiguous:
+        raise TypeError(f"{name} must be a contiguous {ndim}-D float32 array, got {array.dtype} with shape "
+                        f"{array.shape}")
+    return tuple(int(n) for n in array.shape)
+
+
+def _check_query(q, num_kv_heads: int, head_dim: int) -> tuple[int, int]:
+    num_seqs, num_heads, q_dim = _check_float32(q, "q", 3)
+    if q_dim != head_dim:
+        raise ValueError(f"q has head_dim {q_dim}, the KV cache {head_dim}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+    if num_seqs < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"need at least one sequence, and num_heads ({num_heads}) a multiple of num_kv_heads "
+                         f"({num_kv_heads})")
+    return num_seqs, num_heads
+
+
+def _check_lens(context_lens, num_seqs: int, max_len: int, what: str) -> np.ndarray:
+    lens = np.asarray(context_lens)
+    if lens.shape != (num_seqs,) or lens.dtype.kind not in "iu":
+        raise ValueError(f"context_lens must be {num_seqs} integers, got {lens.dtype} with shape {lens.shape}")
+    if lens.size and (lens.min() < 1 or lens.max() > max_len):
+        raise ValueError(f"every context length must be in [1, {max_len}] ({what}), got {lens.min()}..{lens.max()}")
+    return lens.astype(np.int32)
+
+
+def check_paged_attention(q, kv_cache, block_tables, context_lens) -> AttentionArgs:
+    """q [num_seqs, heads, head_dim], kv_cache [num_blocks, 2, block_size, kv_heads, head_dim] (float32,
+    contiguous); block_tables [num_seqs, max_blocks] and context_lens [num_seqs] on the host (the scheduler's
+    metadata). Every table entry a context reaches must name a block of the cache; entries past it are ignored."""
+    num_blocks, two, block_size, num_kv_heads, head_dim = _check_float32(kv_cache, "kv_cache", 5)
+    if two != 2 or num_blocks < 1 or block_size < 1:
+        raise ValueError(f"kv_cache must be [num_blocks, 2, block_size, kv_heads, head_dim], got {kv_cache.shape}")
+    num_seqs, num_heads = _check_query(q, num_kv_heads, head_dim)
+    tables = np.asarray(block_tables)
+    if tables.ndim != 2 or tables.shape[0] != num_seqs or tables.dtype.kind not in "iu":
+        raise ValueError(f"block_tables must be [{num_seqs}, max_blocks] integers, got {tables.dtype} with shape "
+                         f"{tables.shape}")
+    lens = _check_lens(context_lens, num_seqs, tables.shape[1] * block_size,
+                       f"{tables.shape[1]} table entries of {block_size} tokens")
+    used = np.arange(tables.shape[1]) < -(-lens[:, None].astype(np.int64) // block_size)
+    reached = tables[used]
+    if reached.size and (reached.min() < 0 or reached.max() >= num_blocks):
+        raise ValueError(f"a block table entry within a context is outside [0, {num_blocks})")
+    # entries past a context are never read; zero them so the int32 conversion cannot wrap a large one
+    safe = np.where(used, tables, 0).astype(np.int32)
+    if num_blocks > INT32_MAX:
+        raise ValueError(f"{num_blocks} blocks do not fit the kernel's int32 block tables")
+    return AttentionArgs(num_seqs, num_heads, num_kv_heads, head_dim, lens, np.ascontiguousarray(safe), block_size)
+
+
+def check_dense_attention(q, k, v, context_lens) -> AttentionArgs:
+    """q [num_seqs, heads, head_dim]; k, v [num_seqs, max_len, kv_heads, head_dim] (float32, contiguous)."""
+    num_seqs, max_len, num_kv_heads, head_dim = _check_float32(k, "k", 4)
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
+    _check_float32(v, "v", 4)
+    if _check_query(q, num_kv_heads, head_dim)[0] != num_seqs:
+        raise ValueError(f"q has {q.shape[0]} sequences, k and v {num_seqs}")
+    lens = _check_lens(context_lens, num_seqs, max_len, f"max_len {max_len}")
+    return AttentionArgs(num_seqs, int(q.shape[1]), num_kv_heads, head_dim, lens, max_len=max_len)
+
+
+def paged_attention(q: np.ndarray, kv_cache: np.ndarray, block_tables, context_lens, scale: float) -> np.ndarray:
+    """paged_attention: the kernel's twin, minialloc.paging.paged_attention_reference after the kernel's checks."""
+    from ..paging import paged_attention_reference  # paging imports this module: import at call time
+
+    args = check_paged_attention(q, kv_cache, block_tables, context_lens)
+    return paged_attention_reference(q, kv_cache, args.block_tables, args.context_lens, scale)
+
+
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_lens, scale: float) -> np.ndarray:
+    """dense_attention: the kernel's twin, minialloc.paging.dense_attention_reference after the kernel's checks."""
+    from ..paging import dense_attention_reference
+
+    args = check_dense_attention(q, k, v, context_lens)
+    return dense_attention_reference(q, k, v, args.context_lens, scale)
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest relative error of one head's output vector, ||got - want|| / ||want|| (float64; NaN -> inf).
+
+    Per head vector rather than per element: an output element near zero (a cancelling weighted sum of V) has no
+    meaningful relative error, the vector does."""
+    got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got64.shape != want64.shape:
+        raise ValueError(f"shapes differ: {got64.shape} vs {want64.shape}")
+    if not np.all(np.isfinite(got64)):
+        return float("inf")
+    diff = np.linalg.norm(got64 - want64, axis=-1)
+    norm = np.linalg.norm(want64, axis=-1)
+    return float(np.max(diff / np.maximum(norm, np.finfo(np.float64).tiny), initial=0.0))
