@@ -11,9 +11,11 @@
 
 from .allocator import CachingAllocator, InvalidPointerError
 from .backends import default_device
+from .compaction import Buffer, DefragmentReport
 from .config import AllocatorConfig, ConfigError
 from .cuda_device import CudaGPU, NoCudaGPU
-from .device import DeviceError, DeviceOutOfMemory, SimulatedGPU
+from .debug import GuardViolation
+from .device import DataGPU, DeviceError, DeviceOutOfMemory, SimulatedGPU
 from .oom import OOMReport, OutOfMemoryError
 from .paging import BlockManager, HostPool, KVCache, KVSpec, OutOfBlocksError, PagingError
 from .sizes import GiB, KiB, MiB, format_size, parse_size
@@ -23,12 +25,16 @@ from .summary import memory_summary
 __all__ = [
     "AllocatorConfig",
     "BlockManager",
+    "Buffer",
     "CachingAllocator",
     "ConfigError",
     "CudaGPU",
+    "DataGPU",
+    "DefragmentReport",
     "DeviceError",
     "DeviceOutOfMemory",
     "GiB",
+    "GuardViolation",
     "HostPool",
     "InvalidPointerError",
     "KVCache",

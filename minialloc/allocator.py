@@ -39,6 +39,10 @@ Sizes of 0: malloc(0) returns the null pointer 0 and touches nothing, as PyTorch
 DataPtr; free(0) is a no-op, like cudaFree(nullptr).
 
 Thread safety: one re-entrant lock around every public method, as PyTorch has one mutex per device.
+
+Beyond PyTorch (minialloc's own): debug_guards:True puts guard bytes after every block (debug.py), and blocks
+allocated through Buffer handles can be moved by defragment() (compaction.py). Neither costs the default path
+anything: while one is in use, checked versions of malloc and free are bound on the instance.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
@@ -65,6 +69,10 @@ from .sizes import (
     K_SMALL_SIZE,
 )
 from .stats import DeviceStats
+
+if TYPE_CHECKING:
+    from .compaction import Buffer, DefragmentReport
+    from .debug import Guards
 
 SIZE_MAX = 2**64 - 1  # "unset" for max_split_size, as std::numeric_limits<size_t>::max()
 DEFAULT_TRACE_ENTRIES = 100_000
@@ -226,6 +234,8 @@ class CachingAllocator:
         self._trace: deque[tuple] | None = deque(maxlen=DEFAULT_TRACE_ENTRIES)
         self._record_stacks = False
         self._trace_note = ""  # user_metadata for the trace entries being written
+        self._buffers: dict[Block, Buffer] = {}  # blocks allocated through a Buffer: defragment() may move them
+        self._debug: Guards | None = None  # while debug_guards is on
         self._apply_config(self._as_config(config))
 
     # -- configuration ---------------------------------------------------------------------------------------
@@ -240,12 +250,31 @@ class CachingAllocator:
         raise TypeError(f"config must be a string like 'max_split_size_mb:128' or an AllocatorConfig, got {config!r}")
 
     def _apply_config(self, config: AllocatorConfig) -> None:
+        debug = None
+        if config.debug_guards:
+            from .debug import Guards
+
+            debug = self._debug or Guards(self)  # refuses a device without data, before anything changes
+        self._debug = debug
         self.config = config
         self._max_split = SIZE_MAX if config.max_split_size is None else config.max_split_size
         self._max_non_split_rounding = config.max_non_split_rounding
         self._gc_threshold = config.garbage_collection_threshold
         self._any_divisions = any(config.roundup_power2_divisions)
         self._expandable = config.expandable_segments
+        self._bind_checked_methods()
+
+    def _bind_checked_methods(self) -> None:
+        """Debug guards and Buffers need extra steps in malloc and free. Rather than test for them on every call,
+        bind checked versions on the instance while either is in use: the class's methods stay as fast as ever."""
+        for name in ("malloc", "free", "_alloc_found_block", "_free_block"):
+            self.__dict__.pop(name, None)
+        if self._debug is not None:
+            self.malloc = self._debug.malloc
+            self._alloc_found_block = self._debug.alloc_found_block
+            self._free_block = self._debug.free_block
+        if self._debug is not None or self._buffers:
+            self.free = self._checked_free
 
     def set_allocator_settings(self, text: str) -> None:
         """Change settings at runtime (torch.cuda.memory._set_allocator_settings): keys not named keep their value."""
@@ -411,6 +440,21 @@ class CachingAllocator:
                 self._insert_events(block)  # used on other streams: free once their work is done
             else:
                 self._free_block(block)
+
+    def _checked_free(self, ptr: int) -> None:
+        """free, refusing a Buffer's pointer and checking debug guards (bound as self.free while those are used)."""
+        with self._lock:
+            block = self._active.get(ptr) if type(ptr) is int else None
+            if block is not None and block in self._buffers:
+                raise InvalidPointerError(
+                    f"free({ptr:#x}): this block belongs to a Buffer, which defragment() may move: call its free()"
+                )
+            violation = None
+            if self._debug is not None and block is not None and block.allocated:
+                violation = self._debug.check(block)
+            CachingAllocator.free(self, ptr)
+        if violation is not None:
+            raise violation
 
     def _free_block(self, block: Block) -> None:
         """free_block: merge with free neighbours and return to the pool."""
@@ -816,6 +860,22 @@ class CachingAllocator:
         """The largest cached free block (what a request could get without asking the device)."""
         with self._lock:
             return self._largest_cached_block()
+
+    # -- movable blocks (compaction.py) --------------------------------------------------------------------------
+    def buffer(self, nbytes: int, stream: int = 0) -> Buffer:
+        """A block of nbytes behind a handle (compaction.Buffer): its address, buf.ptr, is looked up at each use,
+        so defragment() may move it. Free it with buf.free()."""
+        from .compaction import Buffer
+
+        return Buffer(self, nbytes, stream)
+
+    def defragment(self, release_empty: bool = False) -> DefragmentReport:
+        """Move Buffer blocks toward the start of their segments so each segment's free space becomes one piece;
+        a report (compaction.DefragmentReport) says what moved. See compaction.defragment."""
+        from .compaction import defragment
+
+        with self._lock:
+            return defragment(self, release_empty)
 
     # -- history and snapshots -----------------------------------------------------------------------------------
     def record_memory_history(

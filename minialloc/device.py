@@ -6,6 +6,11 @@ does not live in the driver; it lives in the caching allocator's segments (see a
 exactly that: it counts pages, hands out deterministic addresses, and stores no data, so an 80 GiB simulated GPU
 costs no host memory.
 
+Data mode, `SimulatedGPU(capacity, store_data=True)` (up to 1 GiB), returns a DataGPU: the same device with host
+bytes behind its memory, for what needs data (debug guards in debug.py, compaction in compaction.py). Each malloc'd
+allocation and each physical handle gets a zeroed NumPy uint8 array, and a virtual address resolves through its
+page's mapping to its handle's bytes, as on the real device. Accounting-only devices never run that code.
+
 It offers the two driver interfaces the allocator uses:
 - runtime malloc/free (cudaMalloc, cudaFree, cudaMemGetInfo);
 - virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap,
@@ -22,13 +27,18 @@ report out-of-memory even if pages are free.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from dataclasses import dataclass, field
 
-from .sizes import PAGE_SIZE, format_size, parse_size
+import numpy as np
+
+from .kernels import reference
+from .sizes import PAGE_SIZE, GiB, format_size, parse_size
 
 _BASE_ADDRESS = 0x7F00_0000_0000  # where real CUDA allocations tend to live; any non-zero start would do
 _VA_BASE_ADDRESS = 0x7E00_0000_0000  # reserved virtual ranges live apart from cudaMalloc'd ones
+MAX_DATA_CAPACITY = 1 * GiB  # data mode holds every device byte in host memory: keep that small
 
 
 class DeviceError(RuntimeError):
@@ -61,12 +71,19 @@ def _check_stream(stream: object) -> int:
 
 
 class SimulatedGPU:
-    """An accounting-only GPU of `capacity` bytes (an int, or a string such as "8GiB" or "80GB")."""
+    """An accounting-only GPU of `capacity` bytes (an int, or a string such as "8GiB" or "80GB").
+
+    store_data=True gives a DataGPU instead: the same GPU with host bytes behind its memory."""
 
     kind = "sim"
     granularity = PAGE_SIZE
 
-    def __init__(self, capacity: int | str = "8GiB", index: int = 0, name: str = "Simulated GPU") -> None:
+    def __new__(cls, *args: object, store_data: bool = False, **kwargs: object) -> SimulatedGPU:
+        return super().__new__(DataGPU if store_data and cls is SimulatedGPU else cls)
+
+    def __init__(self, capacity: int | str = "8GiB", index: int = 0, name: str = "Simulated GPU",
+                 store_data: bool = False) -> None:
+        # store_data is read by __new__, which picked the class: DataGPU when True
         total = parse_size(capacity)
         if total < PAGE_SIZE:
             raise ValueError(f"capacity must be at least one 2 MiB page, got {format_size(total)}")
@@ -277,3 +294,123 @@ class SimulatedGPU:
             streams = list(self._queued) if stream is None else [_check_stream(stream)]
             for s in streams:
                 self._completed[s] = self._queued.get(s, 0)
+
+
+class DataGPU(SimulatedGPU):
+    """A SimulatedGPU with host bytes behind its memory, what SimulatedGPU(capacity, store_data=True) returns.
+
+    view(ptr, nbytes) is a writable NumPy view of device bytes within one allocation, or one handle's contiguously
+    mapped pages; views() covers a range over several handles; copy() is memmove. Bytes that are not allocated,
+    not mapped (or not accessible), or past the end of their allocation raise DeviceError, as a GPU would fault."""
+
+    store_data = True
+
+    def __init__(self, capacity: int | str = "64MiB", index: int = 0, name: str = "Simulated GPU",
+                 store_data: bool = True) -> None:
+        if parse_size(capacity) > MAX_DATA_CAPACITY:
+            raise ValueError(
+                f"store_data=True keeps every device byte in host memory, so it is limited to "
+                f"{format_size(MAX_DATA_CAPACITY)}; got a capacity of {format_size(parse_size(capacity))}. "
+                "Use a smaller capacity, or store_data=False for accounting only"
+            )
+        super().__init__(capacity, index, name)
+        self._data: dict[int, np.ndarray] = {}  # allocation address -> its bytes
+        self._starts: list[int] = []  # the same addresses, sorted, to find the allocation around an address
+        self._handle_data: dict[int, np.ndarray] = {}  # physical handle -> its bytes
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + ", store_data=True)"
+
+    # each call that creates or destroys device memory does the same to its bytes
+    def malloc(self, nbytes: int) -> int:
+        address = super().malloc(nbytes)
+        with self._lock:
+            self._data[address] = np.zeros(nbytes, np.uint8)
+            bisect.insort(self._starts, address)
+        return address
+
+    def free(self, address: int) -> None:
+        super().free(address)
+        with self._lock:
+            del self._data[address]
+            del self._starts[bisect.bisect_left(self._starts, address)]
+
+    def mem_create(self, size: int) -> int:
+        handle = super().mem_create(size)
+        with self._lock:
+            self._handle_data[handle] = np.zeros(size, np.uint8)
+        return handle
+
+    def mem_release(self, handle: int) -> None:
+        super().mem_release(handle)
+        with self._lock:
+            del self._handle_data[handle]
+
+    def _piece(self, ptr: int, nbytes: int) -> np.ndarray:
+        """The bytes from ptr: all nbytes when ptr is in an allocation; in mapped memory as many as one handle's
+        contiguously mapped pages hold (the caller asks again for the rest)."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i >= 0:
+            start = self._starts[i]
+            buf = self._data[start]
+            if ptr < start + buf.size:
+                if ptr + nbytes > start + buf.size:
+                    raise DeviceError(f"{ptr:#x}+{nbytes} runs past the end of the allocation at {start:#x} "
+                                      f"({buf.size} bytes)")
+                return buf[ptr - start : ptr - start + nbytes]
+        page = ptr - ptr % PAGE_SIZE
+        mapping = self._mapped.get(page)
+        if mapping is None:
+            raise DeviceError(f"{ptr:#x} is not device memory: not allocated, or not mapped")
+        if page not in self._accessible:
+            raise DeviceError(f"{ptr:#x} is mapped but not accessible: mem_set_access was not called")
+        handle, offset = mapping
+        end = page + PAGE_SIZE
+        while end < ptr + nbytes and self._mapped.get(end) == (handle, offset + end - page) and end in self._accessible:
+            end += PAGE_SIZE
+        begin = offset + ptr - page
+        return self._handle_data[handle][begin : begin + min(nbytes, end - ptr)]
+
+    def views(self, ptr: int, nbytes: int) -> list[np.ndarray]:
+        """Writable views of the device bytes [ptr, ptr + nbytes), in address order: one per allocation, or per run
+        of pages mapped from one handle."""
+        if isinstance(ptr, bool) or not isinstance(ptr, int) or isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError(f"ptr and nbytes must be ints, got {ptr!r} and {nbytes!r}")
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        with self._lock:
+            pieces = [self._piece(ptr, nbytes)]
+            done = pieces[0].size
+            while done < nbytes:
+                pieces.append(self._piece(ptr + done, nbytes - done))
+                done += pieces[-1].size
+            return pieces
+
+    def view(self, ptr: int, nbytes: int) -> np.ndarray:
+        """A writable view of [ptr, ptr + nbytes); the range must lie in one allocation or one handle's pages."""
+        pieces = self.views(ptr, nbytes)
+        if len(pieces) != 1:
+            raise DeviceError(f"{ptr:#x}+{nbytes} spans {len(pieces)} physical allocations: use views()")
+        return pieces[0]
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """memmove on device memory: afterwards [dst, dst + nbytes) holds what [src, src + nbytes) held before.
+
+        Within one buffer this is the move kernel's NumPy twin, between two the block_copy twin; ranges over
+        several handles go through a host copy."""
+        if not reference.ranges_overlap(dst, src, nbytes):
+            d, s = self.views(dst, nbytes), self.views(src, nbytes)
+            if len(d) == len(s) == 1:
+                reference.block_copy(d[0], 0, s[0], 0, nbytes)
+                return
+        else:
+            lo = min(dst, src)
+            whole = self.views(lo, max(dst, src) + nbytes - lo)
+            if len(whole) == 1:
+                reference.move(whole[0], dst - lo, src - lo, nbytes)
+                return
+        data = np.concatenate(self.views(src, nbytes))  # a copy, so overlapping ranges are safe
+        done = 0
+        for piece in self.views(dst, nbytes):
+            piece[:] = data[done : done + piece.size]
+            done += piece.size

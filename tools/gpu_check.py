@@ -582,6 +582,82 @@ def print_table(rows: list[Row]) -> None:
     print(rule)
 
 
+def debug_and_compaction_rows(make_device: Callable[[], Any] | None = None, where: str = "CudaGPU") -> list[Row]:
+    """debug_guards and defragment(): a one-byte overflow is reported at free with the right address and offset,
+    fresh memory is zeroed and freed memory poisoned by the fill kernel; buffers' bytes survive compaction
+    (block_copy launches, move_plan for overlapping moves), and a request that failed before fits after."""
+    import numpy as np
+
+    from minialloc.debug import GUARD_BYTES, GuardViolation, device_data
+
+    if make_device is None:
+        from minialloc.cuda_device import CudaGPU
+
+        def make_device():
+            return CudaGPU(limit=256 * MiB)
+
+    rows = []
+    gpu = make_device()
+    a = CachingAllocator(gpu, "debug_guards:True")
+    data = device_data(gpu)
+    p = a.malloc(1000)
+    fresh = data.read(p, 1000 + GUARD_BYTES)
+    problems = [] if not fresh[:1000].any() and (fresh[1000:] == 0xFD).all() else ["new block not zeroed+guarded"]
+    data.write(p + 1000, np.zeros(1, np.uint8))  # one byte past the end
+    try:
+        a.free(p)
+        problems.append("no GuardViolation")
+    except GuardViolation as e:
+        if (e.ptr, e.requested_size, e.offset) != (p, 1000, 1000):
+            problems.append(f"reported {e.ptr:#x}+{e.offset}, expected {p:#x}+1000")
+    if not (data.read(p, 1024) == 0xDB).all():
+        problems.append("freed block not poisoned")
+    a.check_invariants()
+    a.empty_cache()  # the next check fills the card's limit
+    rows.append(Row(f"debug_guards on {where}: one byte past the end", "FAIL" if problems else "PASS",
+                    "; ".join(problems) or "reported at free with address and offset; zeroed, guarded, poisoned"))
+
+    a = CachingAllocator(gpu, "")
+    bufs = []
+    try:
+        while True:
+            bufs.append(a.buffer(4 * MiB))
+    except OutOfMemoryError:
+        pass
+    rng = np.random.default_rng(0)
+    for b in bufs:
+        b.write(rng.integers(0, 256, b.nbytes, dtype=np.uint8))
+    live = [b for i, b in enumerate(bufs) if i % 5 in (1, 3)]
+    for i, b in enumerate(bufs):
+        if i % 5 not in (1, 3):
+            b.free()
+    contents = [b.read() for b in live]
+    problems = []
+    try:
+        a.free(a.malloc(8 * MiB))
+        problems.append("8 MiB fit before defragment()")
+    except OutOfMemoryError:
+        pass
+    t0 = time.perf_counter()
+    report = a.defragment()
+    ms = (time.perf_counter() - t0) * 1e3
+    if sum((b.read() != c).any() for b, c in zip(live, contents, strict=True)):
+        problems.append("buffer bytes changed by the moves")
+    a.check_invariants()
+    try:
+        a.free(a.malloc(8 * MiB))
+    except OutOfMemoryError:
+        problems.append("8 MiB still does not fit after defragment()")
+    for b in live:
+        b.free()
+    a.empty_cache()
+    rows.append(Row(f"defragment() on {where}: fragmented 256 MiB", "FAIL" if problems else "PASS",
+                    "; ".join(problems) or f"{report.blocks_moved} blocks ({format_size(report.bytes_moved)}) moved "
+                    f"in {ms:.1f} ms, bytes intact; largest free {format_size(report.largest_free_before)} -> "
+                    f"{format_size(report.largest_free_after)}; 8 MiB fits after, not before"))
+    return rows
+
+
 def guarded(rows: list[Row], name: str, fn: Callable[[], list[Row]]) -> None:
     """Run one section; an exception becomes a FAIL row instead of ending the check."""
     try:
@@ -610,9 +686,12 @@ def main(argv: list[str] | None = None) -> int:
     guarded(rows, "kernels: CPU emulation", kernel_rows_cpu)
     guarded(rows, "kernel paged_attention: CPU emulation vs NumPy", attention_rows_cpu)
     guarded(rows, "scenario prediction", lambda: prediction_rows(source, ops, capacity))
+    guarded(rows, "debug guards + compaction on the simulator",
+            lambda: debug_and_compaction_rows(lambda: SimulatedGPU(256 * MiB, store_data=True), "SimulatedGPU"))
     torch_us = None
     if gpu_ok:
         guarded(rows, "kernels on the GPU", kernel_rows_gpu)
+        guarded(rows, "debug guards + compaction on CudaGPU", debug_and_compaction_rows)
         guarded(rows, "paged_attention on the GPU", attention_rows_gpu)
 
         def torch_section() -> list[Row]:
@@ -627,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
                      "paged_attention bandwidth vs device-to-device copy", "paged_attention time vs dense attention",
                      "PyTorch native vs minialloc prediction",
                      "PyTorch expandable_segments:True", "minialloc on CudaGPU (cudaMalloc and cuMemMap)",
+                     "debug_guards and defragment() on CudaGPU",
                      "cost: PyTorch allocator, CuPy pool, minialloc on CudaGPU")):
             rows.append(Row(name, skip, (reason or "") if i == 0 else ""))
     guarded(rows, "cost", lambda: cost_rows(gpu_ok, torch_us))

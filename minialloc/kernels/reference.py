@@ -48,7 +48,7 @@ def check_pattern(pattern: int) -> int:
 def pattern_bytes(pattern: int, nbytes: int) -> np.ndarray:
     """The bytes fill writes: byte i is byte (i % 4) of the 32-bit pattern, least significant first."""
     word = np.array([check_pattern(pattern)], dtype="<u4").view(np.uint8)
-    return np.resize(word, nbytes)
+    return np.tile(word, -(-nbytes // 4))[:nbytes]  # np.tile: np.resize is slow for large buffers
 
 
 def ranges_overlap(a_start: int, b_start: int, nbytes: int) -> bool:
