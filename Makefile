@@ -21,7 +21,7 @@ course: $(BIN)/.installed
 
 # The whole test suite: lint, then every test (notebooks included).
 test: $(BIN)/.installed
-	$(BIN)/ruff check minialloc tests bench tools
+	$(BIN)/ruff check minialloc quizzes tests bench tools
 	$(BIN)/python -m pytest -q
 
 # Benchmarks print figures; they are not tests.

@@ -1,0 +1,9 @@
+"""Open Badges 3.0 certificates: keys (did:key), eddsa-jcs-2022 proofs, credentials, printable copies, and
+certification from nbgrader's gradebook. The command line is `python -m quizzes` (quizzes.cli)."""
+
+from .credential import Score, Verified, identity_matches, issue_credential, load_credential, verify_credential
+from .errors import CertError
+from .keys import did_key, keygen, load_private_key
+
+__all__ = ["CertError", "Score", "Verified", "did_key", "identity_matches", "issue_credential", "keygen",
+           "load_credential", "load_private_key", "verify_credential"]

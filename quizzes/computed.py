@@ -1,0 +1,280 @@
+"""Computed questions: a scenario drawn from a seed, run on minialloc, and the number it produces.
+
+A bank question of kind "computed" names one generator below. The generator draws the scenario's parameters
+from a random.Random seeded by (generator name, seed), runs the scenario on minialloc's allocator or block
+manager, and returns a Variant: the parameters as strings for the question's text and explanation templates,
+the answer that minialloc computed, and an exhibit (code to read or run, or a memory summary or OOM message to
+read). Nothing here is a formula for the answer: the allocator computes it, so the questions stay right if the
+course's allocator model changes, and tests/test_quiz_computed.py checks the exhibits against minialloc.
+
+The seed is the student id (graded quiz) or a session seed (practice), so two students get different numbers
+and an answer cannot be copied; with the same seed the numbers are the same, so a grader can recompute them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from minialloc import CachingAllocator, OutOfMemoryError, SimulatedGPU
+from minialloc.paging import BlockManager
+from minialloc.sizes import GiB, MiB
+
+BLOCK_TOKENS = 16  # PagedAttention's default block size, used by every paging scenario
+IMPORTS = "from minialloc import CachingAllocator, SimulatedGPU, MiB"  # first line of every code exhibit
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One drawing of a computed question."""
+
+    params: dict[str, str]  # values for the {placeholders} of the question's text and explanation
+    answer: float  # what minialloc computed, in the question's unit
+    exhibit: str = ""  # shown under the question, in a monospace block: code, a summary or a message
+
+
+Generator = Callable[[random.Random], Variant]
+GENERATORS: dict[str, Generator] = {}
+
+
+def generator(fn: Generator) -> Generator:
+    GENERATORS[fn.__name__] = fn
+    return fn
+
+
+def rng_for(name: str, seed: object) -> random.Random:
+    """A random.Random that depends only on (name, seed): the same student always gets the same numbers."""
+    digest = hashlib.sha256(f"{name}|{seed}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def generate(name: str, seed: object) -> Variant:
+    """Draw generator `name`'s scenario for `seed` and run it on minialloc."""
+    try:
+        fn = GENERATORS[name]
+    except KeyError:
+        raise KeyError(f"no computed-question generator {name!r}; known: {', '.join(sorted(GENERATORS))}") from None
+    variant = fn(rng_for(name, seed))
+    params = dict(variant.params)
+    params.setdefault("answer", _fmt(variant.answer))
+    return Variant(params, variant.answer, variant.exhibit)
+
+
+def _fmt(x: float) -> str:
+    """A number as the explanations print it: no trailing .0, at most two decimals."""
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}".rstrip("0")
+
+
+def _one_tensor(n: int, question: str) -> str:
+    return f'{IMPORTS}\nalloc = CachingAllocator(SimulatedGPU("8GiB"), "")\nx = alloc.malloc({n})\n{question}'
+
+
+def _fresh(capacity: str = "8GiB", config: str = "") -> CachingAllocator:
+    return CachingAllocator(SimulatedGPU(capacity), config)
+
+
+# -- chapter 1: rounding, segment sizes, best fit and splitting ---------------------------------------------------
+
+@generator
+def rounding_allocated(rng: random.Random) -> Variant:
+    """One small tensor: what memory_allocated() reports is the request rounded up to 512 bytes."""
+    n = rng.randrange(1000, 1_000_000)
+    while n % 512 == 0:
+        n = rng.randrange(1000, 1_000_000)
+    alloc = _fresh()
+    alloc.malloc(n)
+    answer = alloc.memory_allocated()
+    exhibit = _one_tensor(n, "alloc.memory_allocated()")
+    return Variant({"n": str(n)}, answer, exhibit)
+
+
+@generator
+def segment_reserved(rng: random.Random) -> Variant:
+    """One tensor on a fresh allocator: reserved is the segment size (2 MiB, 20 MiB, or rounded to 2 MiB)."""
+    kind = rng.choice(("small", "medium", "large"))
+    lo, hi = {"small": (4096, MiB), "medium": (MiB + 4096, 10 * MiB - 4096), "large": (10 * MiB, 900 * MiB)}[kind]
+    n = rng.randrange(lo, hi)
+    alloc = _fresh()
+    alloc.malloc(n)
+    answer = alloc.memory_reserved() / MiB
+    exhibit = _one_tensor(n, "alloc.memory_reserved() / MiB")
+    return Variant({"n": str(n), "n_mib": f"{n / MiB:.2f}"}, answer, exhibit)
+
+
+@generator
+def reserved_after_sequence(rng: random.Random) -> Variant:
+    """Tensors kept alive: best fit packs the 2-9 MiB ones into 20 MiB segments; a big one gets its own."""
+    sizes = [rng.randint(2, 9) for _ in range(rng.randint(4, 7))]
+    sizes.insert(rng.randrange(len(sizes) + 1), rng.randint(11, 40))
+    alloc = _fresh()
+    for s in sizes:
+        alloc.malloc(s * MiB)
+    answer = alloc.memory_reserved() / MiB
+    lines = [IMPORTS, 'alloc = CachingAllocator(SimulatedGPU("8GiB"), "")']
+    lines += [f"t{i} = alloc.malloc({s} * MiB)" for i, s in enumerate(sizes)]
+    lines.append("alloc.memory_reserved() / MiB")
+    return Variant({"sizes": ", ".join(map(str, sizes))}, answer, "\n".join(lines))
+
+
+# -- chapter 2: the OOM message, the summary, empty_cache, fragmentation -----------------------------------------
+
+@generator
+def oom_tried_to_allocate(rng: random.Random) -> Variant:
+    """A nearly full GPU and one more tensor: "Tried to allocate" reports the segment size, not the tensor."""
+    capacity = rng.choice((1, 2, 4))
+    free_mib = rng.randrange(4, 20, 2)
+    weights_mib = capacity * 1024 - free_mib
+    # mostly requests that get their own segment, so that "20" is not a safe guess; sometimes the 20 MiB case
+    if rng.random() < 0.25:
+        n = rng.randrange(MiB + 200_000, 10 * MiB - 200_000)  # a 20 MiB segment, more than the device has
+    else:
+        n = rng.randrange((free_mib + 3) * MiB, 700 * MiB)  # its own segment, rounded up to 2 MiB
+    alloc = _fresh(f"{capacity}GiB")
+    alloc.malloc(weights_mib * MiB)
+    try:
+        alloc.malloc(n)
+    except OutOfMemoryError as e:
+        answer = e.report.alloc_size / MiB
+    else:  # cannot happen with the ranges above; fail loudly rather than ask a question without an answer
+        raise AssertionError(f"oom_tried_to_allocate: {n} bytes fitted on a {capacity} GiB GPU")
+    exhibit = (
+        f'{IMPORTS}\nalloc = CachingAllocator(SimulatedGPU("{capacity}GiB"), "")\n'
+        f"weights = alloc.malloc({weights_mib} * MiB)\n"
+        f"x = alloc.malloc({n})   # OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
+    )
+    params = {"capacity": str(capacity), "weights": str(weights_mib), "free": str(free_mib), "n": str(n),
+              "n_mib": f"{n / MiB:.2f}"}
+    return Variant(params, answer, exhibit)
+
+
+@generator
+def summary_reserved_unallocated(rng: random.Random) -> Variant:
+    """Read reserved - allocated off memory_summary() (in KiB below 768 MiB, as PyTorch prints it)."""
+    while True:
+        sizes = [rng.randint(2, 60) for _ in range(rng.randint(5, 8))]
+        freed = rng.sample(range(len(sizes)), rng.randint(1, len(sizes) - 2))
+        alloc = _fresh()
+        ptrs = [alloc.malloc(s * MiB) for s in sizes]
+        for i in sorted(freed):
+            alloc.free(ptrs[i])
+        gap = alloc.memory_reserved() - alloc.memory_allocated()
+        if gap > 0:
+            break
+    exhibit = alloc.memory_summary(abbreviated=True)
+    answer = gap / MiB
+    return Variant({}, answer, exhibit)
+
+
+@generator
+def empty_cache_released(rng: random.Random) -> Variant:
+    """Mixed tensors, some freed: empty_cache returns only the segments with no live block left."""
+    medium = [rng.randint(2, 9) for _ in range(rng.randint(3, 6))]
+    large = [rng.randint(12, 80) for _ in range(rng.randint(2, 3))]
+    names = [f"m{i}" for i in range(len(medium))] + [f"g{i}" for i in range(len(large))]
+    sizes = medium + large
+    freed = sorted(rng.sample(names, rng.randint(2, len(names) - 1)), key=names.index)
+    alloc = _fresh()
+    ptrs = {name: alloc.malloc(size * MiB) for name, size in zip(names, sizes, strict=True)}
+    for name in freed:
+        alloc.free(ptrs[name])
+    before = alloc.memory_reserved()
+    alloc.empty_cache()
+    answer = (before - alloc.memory_reserved()) / MiB
+    lines = [IMPORTS, 'alloc = CachingAllocator(SimulatedGPU("8GiB"), "")']
+    lines += [f"{name} = alloc.malloc({size} * MiB)" for name, size in zip(names, sizes, strict=True)]
+    lines += [f"alloc.free({name})" for name in freed]
+    lines.append("alloc.empty_cache()")
+    return Variant({}, answer, "\n".join(lines))
+
+
+def _pytorch_style(message: str) -> str:
+    """minialloc's OOM message without the sentence PyTorch does not print (largest block, fragmentation)."""
+    head, sep, tail = message.partition(" The largest free block is ")
+    if not sep:
+        return message
+    _, _, rest = tail.partition(").")
+    return head + rest
+
+
+@generator
+def fragmented_total_free(rng: random.Random) -> Variant:
+    """The "5 GB free, 2 GB fails" shape, scaled down: add the device's free memory and the cached holes."""
+    while True:
+        capacity = rng.choice((2, 4))
+        seg = rng.randrange(200, 600, 2)
+        count = rng.randint(3, min(8, (capacity * 1024 - 100) // seg))
+        keep = rng.randint(seg // 2 + 2, seg - 60)  # more than half: each kept tensor lands in its own segment
+        device_free = capacity * 1024 - count * seg
+        largest = max(seg - keep, device_free)
+        total = device_free + count * (seg - keep)
+        if total - largest < 40:
+            continue
+        request = rng.randint(largest + 10, total - 10)
+        alloc = _fresh(f"{capacity}GiB")
+        big = [alloc.malloc(seg * MiB) for _ in range(count)]
+        for p in big:
+            alloc.free(p)
+        for _ in range(count):
+            alloc.malloc(keep * MiB)
+        try:
+            alloc.malloc(request * MiB)
+        except OutOfMemoryError as e:
+            report = e.report
+            break
+    answer = (report.device_free + report.reserved_unallocated) / GiB
+    params = {"capacity": str(capacity), "request": str(request)}
+    return Variant(params, answer, _pytorch_style(report.message()))
+
+
+# -- chapter 4: paging ------------------------------------------------------------------------------------------
+
+def _blocks_in_use(m: BlockManager) -> int:
+    return len(m.blocks) - m.num_free_blocks
+
+
+@generator
+def paged_fork_blocks(rng: random.Random) -> Variant:
+    """Parallel sampling: the prompt's blocks are shared, the partly filled last block is copied on write."""
+    prompt = rng.randint(20, 200)
+    samples = rng.randint(2, 4)
+    generated = rng.randint(1, 40)
+    m = BlockManager(num_blocks=4096, block_size=BLOCK_TOKENS)
+    m.allocate(0, list(range(prompt)))
+    for s in range(1, samples):
+        m.fork(0, s)
+    for step in range(generated):  # one token per sample per decoding step, as a server runs them
+        for s in range(samples):
+            m.append_token(s, 100_000 + 1000 * s + step)
+    params = {"prompt": str(prompt), "samples": str(samples), "generated": str(generated)}
+    return Variant(params, _blocks_in_use(m))
+
+
+@generator
+def paged_prefix_blocks(rng: random.Random) -> Variant:
+    """Prefix caching shares the FULL blocks of a common system prompt, and nothing past it."""
+    system = rng.randint(20, 300)
+    users = [rng.randint(5, 100) for _ in range(rng.randint(2, 4))]
+    m = BlockManager(num_blocks=4096, block_size=BLOCK_TOKENS, enable_prefix_caching=True)
+    shared = list(range(system))
+    for r, n in enumerate(users):
+        # each request's own tokens differ from its first token on, so only the system prompt can be shared
+        m.allocate(r, shared + [10_000 * (r + 1) + i for i in range(n)])
+    params = {"system": str(system), "requests": str(len(users)), "users": ", ".join(map(str, users))}
+    return Variant(params, _blocks_in_use(m))
+
+
+@generator
+def paged_slots(rng: random.Random) -> Variant:
+    """Paging reserves whole 16-token blocks; a contiguous cache reserves the maximum length per request."""
+    max_len = rng.choice((512, 1024, 2048))
+    lengths = [rng.randint(1, max_len) for _ in range(rng.randint(3, 6))]
+    m = BlockManager(num_blocks=4096, block_size=BLOCK_TOKENS, enable_prefix_caching=False)  # nothing shared
+    for r, n in enumerate(lengths):
+        m.allocate(r, list(range(n)))
+    slots = _blocks_in_use(m) * BLOCK_TOKENS
+    contiguous = max_len * len(lengths)
+    params = {"max_len": str(max_len), "lengths": ", ".join(map(str, lengths)), "contiguous": str(contiguous),
+              "tokens": str(sum(lengths))}
+    return Variant(params, slots)

@@ -1,0 +1,237 @@
+"""The question bank: schema, three complete languages, coverage of the course's claims, and clear errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from quizzes import LANGS, BankError, load_bank
+from quizzes.bank import BANK_DIR, placeholders
+from quizzes.cli import main
+from quizzes.i18n import CERT, UI
+
+BANK = load_bank()
+
+# The five questions of the course page's own quiz (its English FAQ), word for word.
+FAQ = {
+    "What is GPU memory fragmentation?",
+    "Why do frameworks like PyTorch use a caching memory allocator?",
+    "You see 5 GB free but cannot allocate a 2 GB tensor. What is the likely cause?",
+    "Which PyTorch setting helps reduce fragmentation by allowing memory segments to grow flexibly?",
+    "What does vLLM's PagedAttention manage to reduce memory waste during inference?",
+}
+
+# Every claim the course teaches, as the bank's `topic` names it.
+TOPICS = {
+    "why a caching allocator", "driver calls are slow", "rounding to 512 bytes", "small and large pools",
+    "segment sizes 2 MiB / 20 MiB / rounded", "best fit per stream", "splitting rules",
+    "merging and returning segments",
+    "fragmentation", "fragmentation: 5 GB free, 2 GB fails", "split blocks that cannot merge",
+    "what empty_cache does and does not do", "reading the OOM message", "reserved vs allocated", "memory_summary",
+    "memory_summary and snapshots", "expandable segments", "virtual memory mapping", "max_split_size_mb",
+    "garbage_collection_threshold", "record_stream", "PagedAttention fixed-size blocks", "block tables",
+    "copy-on-write", "prefix sharing", "preemption", "the paper's waste numbers",
+    "smaller batches and gradient checkpointing",
+}
+
+
+def _texts(q) -> list[tuple[str, dict]]:
+    fields = [("text", q.text), ("explanation", q.explanation)]
+    fields += [(f"options[{i}].text", o.text) for i, o in enumerate(q.options)]
+    if q.unit is not None:
+        fields.append(("unit", q.unit))
+    return fields
+
+
+def test_bank_size_and_kinds():
+    assert len(BANK) >= 40
+    kinds = {q.kind for q in BANK}
+    assert kinds == {"single", "multi", "numeric", "computed"}
+    assert sum(q.kind == "computed" for q in BANK) >= 5
+    for chapter in range(1, 7):
+        assert len(BANK.chapter(chapter)) >= 4, f"chapter {chapter} has too few questions"
+
+
+@pytest.mark.parametrize("qid", list(BANK.questions))
+def test_every_language_of_every_field(qid):
+    q = BANK[qid]
+    for field, text in _texts(q):
+        assert set(text) == set(LANGS), f"{qid}.{field}"
+        for lang in LANGS:
+            assert text[lang].strip(), f"{qid}.{field}.{lang} is empty"
+    rendered = q.render(seed=3)  # computed templates filled: nothing left unfilled in any language
+    for lang in LANGS:
+        for field in (rendered.text, rendered.explanation):
+            assert field[lang].strip() and "{" not in field[lang], f"{qid}.{lang}"
+
+
+@pytest.mark.parametrize("qid", list(BANK.questions))
+def test_translations_are_translations(qid):
+    """The question and its explanation are written in each language, not copied from English."""
+    q = BANK[qid]
+    for field in (q.text, q.explanation):
+        assert field["vi"] != field["en"] and field["de"] != field["en"], qid
+        assert re.search(r"[À-ỹ]", field["vi"]), \
+            f"{qid}: the Vietnamese text has no Vietnamese letters"
+
+
+def test_interface_strings_in_every_language():
+    for table in (UI, CERT):
+        for key, text in table.items():
+            assert set(text) == set(LANGS) and all(text[lang].strip() for lang in LANGS), key
+
+
+def test_every_explanation_differs_from_the_question():
+    for q in BANK:
+        assert q.explanation["en"] != q.text["en"], q.id
+
+
+def test_faq_questions_are_in_the_bank():
+    faq = [q for q in BANK if "faq" in q.tags]
+    assert {q.text["en"] for q in faq} == FAQ
+    assert all(q.kind == "single" for q in faq)
+
+
+def test_every_claim_of_the_course_has_a_question():
+    topics = {q.topic for q in BANK}
+    assert TOPICS <= topics, f"no question for: {sorted(TOPICS - topics)}"
+
+
+def test_choice_answers_are_options():
+    for q in BANK:
+        ids = {o.id for o in q.options}
+        if q.kind == "single":
+            assert q.answer in ids
+        elif q.kind == "multi":
+            assert q.answer and set(q.answer) <= ids
+
+
+def test_computed_templates_use_only_generator_parameters():
+    for q in BANK:
+        if q.kind == "computed":
+            for lang in LANGS:
+                assert placeholders(q.text[lang]) | placeholders(q.explanation[lang])
+
+
+def test_check_command(capsys):
+    assert main(["check"]) == 0
+    assert "bank OK" in capsys.readouterr().out
+
+
+# -- malformed entries name the file, the question and the field ----------------------------------------------------
+
+def _valid_file() -> dict:
+    return json.loads((BANK_DIR / "ch2_fragmentation.json").read_text(encoding="utf-8"))
+
+
+def _question(data: dict, qid: str) -> dict:
+    return next(q for q in data["questions"] if q["id"] == qid)
+
+
+def _drop_vi(d):
+    del _question(d, "c2-oom-hint")["text"]["vi"]
+
+
+def _drop_option_de(d):
+    del _question(d, "c2-oom-hint")["options"][2]["text"]["de"]
+
+
+def _bad_kind(d):
+    _question(d, "c2-oom-hint")["kind"] = "essay"
+
+
+def _answer_not_option(d):
+    _question(d, "c2-oom-hint")["answer"] = "z"
+
+
+def _numeric_no_tolerance(d):
+    del _question(d, "c2-frag-figure")["tolerance"]
+
+
+def _unknown_generator(d):
+    _question(d, "c2-computed-oom")["generator"] = "no_such_thing"
+
+
+def _unknown_placeholder(d):
+    _question(d, "c2-computed-oom")["text"]["de"] += " {gpu_name}"
+
+
+def _typo_field(d):
+    _question(d, "c2-oom-hint")["explanaton"] = {"en": "x", "vi": "x", "de": "x"}
+
+
+def _brace_in_static(d):
+    _question(d, "c2-oom-hint")["explanation"]["en"] += " {x}"
+
+
+def _empty_text(d):
+    _question(d, "c2-oom-hint")["text"]["en"] = "  "
+
+
+def _multi_repeats(d):
+    _question(d, "c2-empty-cache")["answer"] = ["a", "a"]
+
+
+def _bool_answer(d):
+    _question(d, "c2-frag-figure")["answer"] = True
+
+
+@pytest.mark.parametrize(("mutate", "qid", "field"), [
+    (_drop_vi, "c2-oom-hint", "text.vi"),
+    (_drop_option_de, "c2-oom-hint", "options[2].text.de"),
+    (_bad_kind, "c2-oom-hint", "kind"),
+    (_answer_not_option, "c2-oom-hint", "answer"),
+    (_numeric_no_tolerance, "c2-frag-figure", "tolerance"),
+    (_unknown_generator, "c2-computed-oom", "generator"),
+    (_unknown_placeholder, "c2-computed-oom", "text.de"),
+    (_typo_field, "c2-oom-hint", "explanaton"),
+    (_brace_in_static, "c2-oom-hint", "explanation.en"),
+    (_empty_text, "c2-oom-hint", "text.en"),
+    (_multi_repeats, "c2-empty-cache", "answer"),
+    (_bool_answer, "c2-frag-figure", "answer"),
+])
+def test_malformed_entry_names_file_question_and_field(tmp_path: Path, mutate, qid, field):
+    data = copy.deepcopy(_valid_file())
+    mutate(data)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(BankError) as info:
+        load_bank([path])
+    err = info.value
+    assert (err.qid, err.field) == (qid, field)
+    assert "broken.json" in str(err) and repr(qid) in str(err) and repr(field) in str(err)
+
+
+def test_duplicate_id_across_files(tmp_path: Path):
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(_valid_file(), ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(BankError, match=r"b\.json: question 'c2-what-is-fragmentation': field 'id': duplicate"):
+        load_bank([tmp_path / "a.json", tmp_path / "b.json"])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"format": "minialloc-quiz-bank", ', "invalid JSON at line 1"),
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"format": "x", "version": 1, "chapter": 1, "title": {}, "questions": []}', "field 'format'"),
+    ('{"a": 1, "a": 2}', "duplicate key"),
+])
+def test_malformed_file(tmp_path: Path, content: str, message: str):
+    path = tmp_path / "bad.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BankError, match=message) as info:
+        load_bank([path])
+    assert "bad.json" in str(info.value)
+
+
+def test_check_command_reports_a_bad_file(tmp_path: Path, capsys):
+    data = _valid_file()
+    _drop_vi(data)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "broken.json" in err and "c2-oom-hint" in err and "text.vi" in err and "Traceback" not in err
