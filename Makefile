@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # A CPU build of torch, pinned exactly: a looser requirement lets pip pull a CUDA build of several GB.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: course test lint bench gpu-check clean-venv
+.PHONY: course test browser bench gpu-check clean-venv
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,9 @@ $(BIN)/.installed: pyproject.toml Makefile
 course: $(BIN)/.installed
 	MINIALLOC_DEVICE=$${MINIALLOC_DEVICE:-sim} $(BIN)/jupyter lab course/
 
-# The whole test suite: lint, then every test (notebooks included).
-test: $(BIN)/.installed
-	$(BIN)/ruff check minialloc quizzes tests bench tools
+# The whole test suite: lint, then every test (notebooks, nbgrader, a real browser and Binder included).
+test: $(BIN)/.installed browser
+	$(BIN)/ruff check minialloc quizzes tests bench tools nbgrader_config.py
 	$(BIN)/python -m pytest -q
 
 # Benchmarks print figures; they are not tests.
@@ -38,3 +38,8 @@ clean-venv:
 # The GPU checks on a GPU machine; --dry-run runs their CPU side anywhere (CI runs that through the tests).
 gpu-check: $(BIN)/.installed
 	PYTHON=$(BIN)/python tools/gpu_check.sh
+
+# Debian's Chromium for tests/test_browser.py (needs root for apt-get: `sudo make browser`). Never `playwright install`.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+	  || { echo "tests/test_browser.py needs Debian's chromium: run 'sudo make browser' once"; exit 1; }

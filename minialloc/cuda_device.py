@@ -221,7 +221,7 @@ class CudaGPU:
         self._allocations: dict[int, int] = {}  # address -> size, from malloc
         self._reservations: dict[int, int] = {}  # va -> size
         self._handles: dict[int, int] = {}  # handle -> size
-        self._mapped: dict[int, int] = {}  # page va -> handle
+        self._mapped: dict[int, tuple[int, int]] = {}  # page va -> (handle, offset in the handle)
         self._accessible: set[int] = set()
         self._streams: dict[int, Any] = {0: cupy.cuda.Stream.null}
         self._fail_next = 0
@@ -395,8 +395,8 @@ class CudaGPU:
         with self._lock:
             with self._context():
                 self._driver("cuMemMap", va, size, offset, ctypes.c_ulonglong(handle), 0)
-            for page in range(va, va + size, self.granularity):
-                self._mapped[page] = handle
+            for i, page in enumerate(range(va, va + size, self.granularity)):
+                self._mapped[page] = (handle, offset + i * self.granularity)
 
     def mem_set_access(self, va: int, size: int) -> None:
         """cuMemSetAccess: read-write for this device; a mapping is unusable until this is done."""
@@ -421,6 +421,14 @@ class CudaGPU:
 
     def is_accessible(self, va: int) -> bool:
         return (va - va % self.granularity) in self._accessible
+
+    def mapping(self, va: int) -> tuple[int, int] | None:
+        """(handle, offset in the handle) behind address va, as this process mapped it, or None."""
+        return self._mapped.get(va - va % self.granularity)
+
+    def mapped_addresses(self) -> list[int]:
+        """The start address of every mapped page (of the driver's granularity), in order."""
+        return sorted(self._mapped)
 
     @property
     def mapped_pages(self) -> int:

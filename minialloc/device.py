@@ -265,6 +265,14 @@ class SimulatedGPU:
     def is_accessible(self, va: int) -> bool:
         return (va - va % PAGE_SIZE) in self._accessible
 
+    def mapping(self, va: int) -> tuple[int, int] | None:
+        """(handle, offset in the handle) of the physical page behind address va, or None where nothing is mapped."""
+        return self._mapped.get(va - va % PAGE_SIZE)
+
+    def mapped_addresses(self) -> list[int]:
+        """The start address of every mapped page, in order."""
+        return sorted(self._mapped)
+
     @property
     def mapped_pages(self) -> int:
         return len(self._mapped)

@@ -19,6 +19,16 @@ from .i18n import LANG_NAMES, LANGS, pick, to_html, to_plain, ui
 from .practice import Feedback, PracticeSession, render_text
 
 _FULL = w.Layout(width="100%")
+# Long answers must wrap: ipywidgets gives radio and checkbox labels one fixed line, so a long option would run
+# over the next one. Scoped to the quiz's own class.
+_STYLE = """<style>
+.minialloc-quiz .widget-radio-box label, .minialloc-quiz .widget-checkbox label {
+  display: flex; align-items: flex-start; gap: 0.45em; white-space: normal; height: auto; line-height: 1.35;
+  overflow: visible; text-overflow: clip; margin-bottom: 0.35em; }
+.minialloc-quiz .widget-radio-box label input, .minialloc-quiz .widget-checkbox input {
+  flex: none; order: -1; margin-top: 0.2em; }
+.minialloc-quiz .widget-checkbox { height: auto; min-height: var(--jp-widgets-inline-height, 28px); }
+</style>"""
 
 
 class PracticeQuiz(w.VBox):
@@ -55,6 +65,7 @@ class PracticeQuiz(w.VBox):
 
         header = w.HBox([self._title, self._lang], layout=w.Layout(justify_content="space-between", width="100%"))
         super().__init__(children=[
+            w.HTML(_STYLE),
             header,
             w.HBox([self._bar, self._progress]),
             self._question,
@@ -63,6 +74,7 @@ class PracticeQuiz(w.VBox):
             w.HBox([self._check, self._next, self._retry]),
             self._feedback,
         ], layout=w.Layout(border="1px solid var(--jp-border-color2, #ccc)", padding="0.5em 1em"))
+        self.add_class("minialloc-quiz")
         self._show()
 
     # -- what the output holds where widgets cannot be drawn ------------------------------------------------------

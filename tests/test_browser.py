@@ -1,0 +1,297 @@
+"""The course in a real browser: JupyterLab served from a temporary copy of the repository, driven by Chromium.
+
+JupyterLab runs on 127.0.0.1 on a free port with no token, in a copy of the repository (so nothing the notebooks
+write lands in the checkout), on the simulated GPU. Debian's Chromium (apt-get install chromium) is driven by
+Playwright (pip install playwright; never `playwright install`, which downloads a browser of its own). If either
+is missing, or the browser cannot start, the tests fail: they are part of what CI proves.
+
+- Chapter 2 runs top to bottom from the Run menu; its segment map renders as an image in an output area, and
+  its stepper renders as a live widget whose "one step forward" button moves the slider.
+- A practice quiz (quizzes.practice) is answered wrongly, then rightly, reading the feedback each time, and its
+  language is switched; skipped only while the quizzes package has no practice().
+Screenshots go to test-artifacts/browser/ (ignored by git); CI can keep them as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # root in a container, no GPU, no network chatter
+SERVER_START_S = 60
+RUN_ALL_S = 120  # chapter 2 runs in about 10 s on two cores; the stepper renders one PNG per step it shows
+TEST_BUDGET_S = 180
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
+                                     "__pycache__", "*.egg-info", "build", "dist", "test-artifacts",
+                                     ".ipynb_checkpoints", "release", "submitted", "autograded", "feedback",
+                                     "gradebook.db")
+# JupyterLab user settings for the test: every cell stays in the page (no virtual scrolling, so off-screen outputs
+# can be inspected), and no news or update checks (no network, no toast over the notebook)
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                        "checkForUpdates": False},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    url: str
+    root: Path
+    log: Path
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("browser")
+    root = tmp / "repo"
+    shutil.copytree(ROOT, root, ignore=COPY_IGNORE)
+    settings = tmp / "lab-settings"
+    for name, values in LAB_SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # the kernels need the inline backend
+    env.update(
+        MINIALLOC_DEVICE="sim",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])),  # the copy's quizzes
+        JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"),  # no user configuration leaks in
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),  # no saved layout from an earlier run
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+    )
+    log = tmp / "jupyterlab.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
+             "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI runs as root
+            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    result = Lab(f"http://127.0.0.1:{port}", root, log)
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {server.returncode}:\n{result.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{result.url}/api/status", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer within {SERVER_START_S} s:\n{result.log_tail()}")
+            time.sleep(0.5)
+        yield result
+    finally:
+        server.terminate()  # our own process only (its session holds the kernels it started)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium under Playwright. No skip: a browser that cannot start is a failure."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as error:
+        pytest.fail(f"Playwright is missing ({error}): pip install playwright (do not run `playwright install`)")
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    with sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        except Exception as error:  # the test must fail, with the browser's own words
+            pytest.fail(f"Chromium did not start: {error}")
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    yield page
+    try:  # the page as the test left it, pass or fail: what CI keeps as an artifact
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-last.png"), full_page=True, timeout=15_000)
+    except Exception as error:  # a crashed page must not hide the test's own failure
+        print(f"no final screenshot: {error}; page errors: {problems}")
+    finally:
+        context.close()
+
+
+def shot(page, name: str, locator=None) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    (locator or page).screenshot(path=str(path))
+    return path
+
+
+PANEL = ".jp-NotebookPanel:visible"  # the notebook on screen (a restored layout may hold others, hidden)
+
+
+def open_notebook(page, lab: Lab, path: str) -> None:
+    page.goto(f"{lab.url}/lab/tree/{path}?reset")  # ?reset: start from an empty layout, this notebook only
+    page.locator(f"{PANEL} .jp-Notebook .jp-Cell").first.wait_for()
+    # the kernel is up when the notebook's status indicator says idle
+    page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+
+
+def run_all(page) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+
+def prompts(page) -> list[str]:
+    return page.locator(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+
+
+def wait_all_ran(page, timeout_s: float) -> list[str]:
+    """Every code cell shows an execution count ([n]:), none is queued or running ([*]:)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        texts = prompts(page)
+        if texts and all(t.strip().startswith("[") and t.strip()[1:-2].strip().isdigit() for t in texts):
+            return texts
+        time.sleep(0.5)
+    raise AssertionError(f"not every cell ran within {timeout_s} s: {prompts(page)}")
+
+
+def test_chapter_2_runs_and_draws(lab: Lab, page):
+    from playwright.sync_api import expect
+
+    start = time.monotonic()
+    open_notebook(page, lab, "course/02_fragmentation.ipynb")
+    code_cells = sum(c.cell_type == "code" for c in nbformat.read(lab.root / "course" / "02_fragmentation.ipynb",
+                                                                  as_version=4).cells)
+    run_all(page)
+    ran = wait_all_ran(page, RUN_ALL_S)
+    assert len(ran) == code_cells
+    shot(page, "chapter2-after-run-all")
+    errors = page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t]
+    assert not tracebacks, tracebacks[:2]
+
+    # the segment map: a PNG in an output area, decoded by the browser
+    picture = page.locator(f"{PANEL} .jp-OutputArea-output img").first
+    picture.scroll_into_view_if_needed()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=picture.element_handle())
+    width = picture.evaluate("img => img.naturalWidth")
+    assert width > 100, width
+    shot(page, "chapter2-segment-map", picture)
+
+    # the stepper: a live widget (not the static fallback) whose slider moves with the "one step forward" button
+    stepper = page.locator(f"{PANEL} .jp-OutputArea-output .widget-vbox", has=page.locator(".widget-slider")).first
+    stepper.scroll_into_view_if_needed()
+    slider = stepper.locator(".widget-slider")
+    assert slider.count() == 1 and slider.locator(".slider, .noUi-target").count() >= 1
+    readout = stepper.locator(".widget-readout").first
+    before = readout.inner_text()
+    stepper.locator("button[title='one step forward']").click()
+    expect(readout).to_have_text(str(int(before) + 1))
+    stepper_picture = stepper.locator("img").first
+    assert stepper_picture.evaluate("img => img.naturalWidth") > 100
+    shot(page, "chapter2-stepper", stepper)
+    assert time.monotonic() - start < TEST_BUDGET_S
+
+
+def quiz_question():
+    """A single-choice chapter 2 question from the bank: (id, its right label, a wrong label), by language."""
+    from quizzes import load_bank
+    from quizzes.i18n import LANGS, pick, to_plain
+
+    question = next(q for q in load_bank().chapter(2) if q.kind == "single")
+    right = next(o for o in question.options if o.id == question.answer)
+    wrong = next(o for o in question.options if o.id != question.answer)
+    return question, {lang: to_plain(pick(right.text, lang)) for lang in LANGS}, {
+        lang: to_plain(pick(wrong.text, lang)) for lang in LANGS}
+
+
+def has_practice() -> bool:
+    try:
+        import quizzes
+    except ImportError:
+        return False
+    return callable(getattr(quizzes, "practice", None))
+
+
+@pytest.mark.skipif(not has_practice(), reason="the quizzes package has no practice() yet")
+def test_practice_quiz_feedback_and_language(lab: Lab, page):
+    from playwright.sync_api import expect
+
+    from quizzes.i18n import LANG_NAMES, pick, to_plain, ui
+
+    start = time.monotonic()
+    question, right, wrong = quiz_question()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import quizzes\n\nquizzes.practice(ids=[{question.id!r}], seed=0)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab.root / "course" / "practice_check.ipynb")
+    open_notebook(page, lab, "course/practice_check.ipynb")
+    run_all(page)
+    wait_all_ran(page, 60)
+    quiz = page.locator(f"{PANEL} .jp-OutputArea-output .widget-vbox", has=page.locator(".widget-radio-box")).first
+    quiz.wait_for()
+
+    def shown(text: str) -> str:  # the question as the page shows it: `code` becomes <code>, without backticks
+        return to_plain(text).replace("`", "")
+
+    assert shown(pick(question.text, "en")) in quiz.inner_text()
+    feedback = quiz.locator("[role='status']")  # appears with the first check
+
+    def answer(label: str, expected: str, name: str) -> str:
+        quiz.locator(".widget-radio-box label", has_text=label).click()
+        quiz.locator("button", has_text=ui("check", "en")).click()
+        expect(feedback).to_contain_text(expected)  # the widget replaces the element: a locator re-finds it
+        shot(page, name, quiz)
+        return feedback.inner_text()
+
+    first = answer(wrong["en"], ui("wrong", "en"), "quiz-wrong")
+    assert ui("correct", "en") not in first
+    second = answer(right["en"], ui("correct", "en"), "quiz-right")
+    assert ui("wrong", "en") not in second
+
+    # switch to Vietnamese: question, options, buttons and the feedback of the last check follow
+    quiz.locator("button", has_text=LANG_NAMES["vi"]).click()
+    expect(feedback).to_contain_text(ui("correct", "vi"))
+    text = quiz.inner_text()
+    assert shown(pick(question.text, "vi")) in text
+    assert right["vi"] in text and ui("check", "vi") in text
+    assert shown(pick(question.text, "en")) not in text
+    shot(page, "quiz-vietnamese", quiz)
+    assert time.monotonic() - start < TEST_BUDGET_S
