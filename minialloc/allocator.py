@@ -153,7 +153,7 @@ def round_size(size: int, divisions: int) -> int:
     """round_size: up to a multiple of 512, or to one of `divisions` steps between powers of two."""
     if size < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
-    if divisions > 0 and size > K_MIN_BLOCK_SIZE * divisions:
+    if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:  # 0 or 1 division: plain 512-byte rounding
         return roundup_power2_next_division(size, divisions)
     return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
 
@@ -816,7 +816,10 @@ class CachingAllocator:
 
     # -- limits --------------------------------------------------------------------------------------------------
     def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """Cap RESERVED memory at fraction x total (torch.cuda.set_per_process_memory_fraction)."""
+        """Cap RESERVED memory at fraction x total (torch.cuda.set_per_process_memory_fraction).
+
+        As in PyTorch up to 2.8, any fraction, 1.0 included, sets the limit and so enables
+        garbage_collection_threshold; the newest releases treat 1.0 as "no limit"."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
             raise ValueError(f"invalid fraction {fraction!r}: set a float within [0, 1]")
         with self._lock:

@@ -79,7 +79,8 @@ class OOMReport:
             parts.append(
                 " If reserved but unallocated memory is large try setting"
                 " MINIALLOC_ALLOC_CONF=expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF in PyTorch)"
-                " to avoid fragmentation."
+                " to avoid fragmentation.  See documentation for Memory Management"
+                "  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
             )
         return "".join(parts)
 

@@ -90,6 +90,14 @@ def test_power2_divisions():
     assert b.memory_allocated() == 4608
 
 
+def test_one_division_means_plain_512_byte_rounding():
+    # round_size: only divisions > 1 round to power-of-two steps
+    assert round_size(1000, 1) == 1024 and round_size(MiB + 1, 1) == MiB + 512
+    _, a = make("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")
+    p, q = a.malloc(1000), a.malloc(1000)
+    assert q - p == 1024 and a.memory_allocated() == 2048
+
+
 def test_power2_divisions_for_large_sizes_by_size_class():
     _, a = make("roundup_power2_divisions:[256:1,>:2]")
     a.malloc(300 * MiB)  # class 256 MiB: 1 division = no power-of-two rounding

@@ -182,12 +182,20 @@ def prompts(page) -> list[str]:
 
 
 def wait_all_ran(page, timeout_s: float) -> list[str]:
-    """Every code cell shows an execution count ([n]:), none is queued or running ([*]:)."""
-    deadline = time.monotonic() + timeout_s
+    """Every code cell shows an execution count ([n]:), none is queued or running ([*]:).
+
+    On a loaded machine a Run All click can land before the notebook takes it: if nothing has started after
+    20 s (every prompt still "[ ]:"), the menu command is given once more."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    retried = False
     while time.monotonic() < deadline:
         texts = prompts(page)
         if texts and all(t.strip().startswith("[") and t.strip()[1:-2].strip().isdigit() for t in texts):
             return texts
+        if not retried and time.monotonic() - start > 20 and texts and all(t.strip() == "[ ]:" for t in texts):
+            retried = True
+            run_all(page)
         time.sleep(0.5)
     raise AssertionError(f"not every cell ran within {timeout_s} s: {prompts(page)}")
 
@@ -264,7 +272,7 @@ def test_practice_quiz_feedback_and_language(lab: Lab, page):
     nbformat.write(nb, lab.root / "course" / "practice_check.ipynb")
     open_notebook(page, lab, "course/practice_check.ipynb")
     run_all(page)
-    wait_all_ran(page, 60)
+    wait_all_ran(page, 120)
     quiz = page.locator(f"{PANEL} .jp-OutputArea-output .widget-vbox", has=page.locator(".widget-radio-box")).first
     quiz.wait_for()
 
