@@ -40,21 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # gpu_check.sh sets PYTHONPATH; this keeps `python3 tools/gpu_check.py` working
     sys.path.insert(0, str(ROOT))
 
-from minialloc import CachingAllocator, OutOfMemoryError, SimulatedGPU, format_size  # noqa: E402
+from minialloc import CachingAllocator, OutOfMemoryError, SimulatedGPU, format_size, workloads  # noqa: E402
 from minialloc.sizes import GiB, MiB  # noqa: E402
+from minialloc.workloads import Event as Op  # noqa: E402  (one trace event: op, name, size, stream, label)
 
 BUDGET = 8 * GiB  # the card the scenario is about
 CHILD_TIMEOUT_S = 240
-
-
-class Op(NamedTuple):
-    """One trace event, with the fields of minialloc.workloads.Event that the check uses."""
-
-    op: str  # "alloc", "free" or "empty_cache"
-    name: str = ""
-    size: int = 0
-    stream: int = 0
-    label: str = ""
 
 
 class Row(NamedTuple):
@@ -63,25 +54,9 @@ class Row(NamedTuple):
     detail: str
 
 
-def local_canonical_scenario() -> list[Op]:
-    """Fragment an 8 GiB budget: 14 x 512 MiB segments, each left holding one live 160 MiB block between free
-    pieces (4.81 GiB free in all, in 160 and 192 MiB pieces), then ask for 2 GiB. Used when
-    minialloc.workloads is missing."""
-    ops = [Op("alloc", f"big{i}", 512 * MiB) for i in range(14)] + [Op("free", f"big{i}") for i in range(14)]
-    ops += [Op("alloc", f"t{i}", 160 * MiB) for i in range(42)]
-    ops += [Op("free", f"t{i}") for i in range(42) if i % 3 != 1]
-    return ops + [Op("alloc", "grad", 2 * GiB, label="the 2 GiB request")]
-
-
 def canonical_scenario() -> tuple[str, list[Op], int]:
-    """(where it came from, events, capacity): minialloc.workloads' scenario when there is one."""
-    try:
-        from minialloc import workloads
-    except ImportError:
-        return "local trace (minialloc.workloads absent)", local_canonical_scenario(), BUDGET
-    events = [Op(e.op, e.name, e.size, getattr(e, "stream", 0), getattr(e, "label", ""))
-              for e in workloads.canonical_scenario()]
-    return "minialloc.workloads.canonical_scenario()", events, getattr(workloads, "CANONICAL_CAPACITY", BUDGET)
+    """(where it came from, events, capacity): the course's "5 GB free, can't allocate 2 GB" trace."""
+    return "minialloc.workloads.canonical_scenario()", workloads.canonical_scenario(), workloads.CANONICAL_CAPACITY
 
 
 def random_trace(n: int, seed: int, max_size: int = 16 * MiB, max_live: int = 256) -> list[Op]:
