@@ -840,10 +840,10 @@ class CachingAllocator:
         return self.stats.current("reserved_bytes")
 
     def max_memory_allocated(self) -> int:
-        return self.stats.arrays["allocated_bytes"][0].peak
+        return self.stats.peak("allocated_bytes")
 
     def max_memory_reserved(self) -> int:
-        return self.stats.arrays["reserved_bytes"][0].peak
+        return self.stats.peak("reserved_bytes")
 
     def reset_peak_memory_stats(self) -> None:
         with self._lock:
