@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import strict_json
 from .computed import GENERATORS, generate
 from .i18n import LANGS
 
@@ -190,7 +191,7 @@ def _load_file(path: Path) -> tuple[int, Text, list[Question]]:
     except (OSError, UnicodeDecodeError) as e:
         raise BankError(name, None, None, f"cannot read: {e}") from None
     try:
-        data = json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+        data = strict_json.loads(raw)
     except json.JSONDecodeError as e:
         raise BankError(name, None, None, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except ValueError as e:
@@ -213,17 +214,6 @@ def _load_file(path: Path) -> tuple[int, Text, list[Question]]:
     return chapter, title, [_question(e, i, name, chapter) for i, e in enumerate(entries)]
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r} in one JSON object")
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _no_unknown_keys(obj: Mapping[str, Any], allowed: set[str], file: str, qid: str | None, prefix: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from .. import strict_json
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
 from .proof import add_proof, jcs, verify_proof
@@ -176,7 +177,7 @@ def load_credential(path: Path | str) -> dict[str, Any]:
     if len(raw) > MAX_FILE_BYTES:
         raise CertError(f"{path} is larger than {MAX_FILE_BYTES} bytes: not a credential")
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        data = strict_json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise CertError(f"{path} is not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -188,17 +189,6 @@ def load_credential(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}: the JSON is ambiguous")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 @dataclass(frozen=True)
