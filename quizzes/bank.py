@@ -6,8 +6,9 @@ missing language 'vi'"), so an author can fix it without reading this code.
 
 A Question is the bank entry as written. `question.render(seed)` gives a Rendered question: the text and
 explanation with a computed question's parameters filled in, and the answer (for computed questions, the one
-minialloc produced for that seed). Only the practice and graded tools call render; neither shows a Rendered
-answer to a student in clear (see quizzes.obfuscate and quizzes.graded).
+minialloc produced for that seed). The practice quiz calls render and never shows a Rendered answer in clear
+(see quizzes.obfuscate). This public bank is for practice only: the graded quiz's questions and answers come from
+an instructor's private bank (quizzes.graded), never from here.
 """
 
 from __future__ import annotations

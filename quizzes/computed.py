@@ -189,15 +189,6 @@ def empty_cache_released(rng: random.Random) -> Variant:
     return Variant({}, answer, "\n".join(lines))
 
 
-def _pytorch_style(message: str) -> str:
-    """minialloc's OOM message without the sentence PyTorch does not print (largest block, fragmentation)."""
-    head, sep, tail = message.partition(" The largest free block is ")
-    if not sep:
-        return message
-    _, _, rest = tail.partition(").")
-    return head + rest
-
-
 @generator
 def fragmented_total_free(rng: random.Random) -> Variant:
     """The "5 GB free, 2 GB fails" shape, scaled down: add the device's free memory and the cached holes."""
@@ -225,7 +216,7 @@ def fragmented_total_free(rng: random.Random) -> Variant:
             break
     answer = (report.device_free + report.reserved_unallocated) / GiB
     params = {"capacity": str(capacity), "request": str(request)}
-    return Variant(params, answer, _pytorch_style(report.message()))
+    return Variant(params, answer, report.pytorch_message())  # PyTorch's words, without minialloc's extra line
 
 
 # -- chapter 4: paging ------------------------------------------------------------------------------------------

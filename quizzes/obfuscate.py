@@ -3,7 +3,8 @@
 The practice quiz needs its answers on the student's machine to give instant feedback, so they cannot be secret;
 anyone who runs this module on the payload opens them. What it prevents is reading them by accident or at a
 glance: in the quiz's data, in a saved notebook, with grep. That is all a practice quiz needs. Graded answers
-never reach the student: they live in nbgrader's hidden tests (quizzes.graded).
+never reach the student: they stay in the instructor's private bank and are scored in the grader's process
+(quizzes.graded).
 
 The keystream is SHA-256(salt | label | counter) blocks; the salt is random per quiz session and the label names
 what is sealed (question id and field), so equal answers look different from question to question.

@@ -25,6 +25,15 @@ from .bank import Question, Text
 from .i18n import LANGS, check_lang, pick, to_plain, ui
 from .obfuscate import seal, unseal
 
+# Headings for the quizzes made of one tag's questions (quizzes.practice(tag=...)).
+TAG_TITLES: dict[str, Text] = {
+    "faq": {
+        "en": "The course page's own quiz: check your understanding",
+        "vi": "Bài kiểm tra của chính trang khóa học: tự kiểm tra hiểu biết",
+        "de": "Das Quiz der Kursseite: Prüfen Sie Ihr Verständnis",
+    },
+}
+
 
 @dataclass(frozen=True)
 class Item:

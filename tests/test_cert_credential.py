@@ -233,3 +233,113 @@ def test_below_pass_mark_is_refused():
 def test_unrepresentable_numbers_are_refused():
     with pytest.raises(CertError, match="canonicalized"):
         verify_credential({**CREDENTIAL, "evidence": 2**60}, now=NOW)
+
+
+# -- the score as Open Badges results -------------------------------------------------------------------------------
+
+def _results(credential: dict) -> dict[str, str]:
+    """resultType/name of each result's description -> its value."""
+    described = {d["id"]: d for d in credential["credentialSubject"]["achievement"]["resultDescription"]}
+    return {described[r["resultDescription"]]["name"].split(",")[0].split(" (")[0]: r["value"]
+            for r in credential["credentialSubject"]["result"]}
+
+
+def test_score_is_in_credential_subject_result():
+    results = _results(CREDENTIAL)
+    assert results == {"Score": "85.7143", "Points": "18"}
+    described = {d["resultType"] + ("" if "valueMax" in d else "-open"): d
+                 for d in CREDENTIAL["credentialSubject"]["achievement"]["resultDescription"]}
+    assert described["Percent"]["valueMax"] == "100" and described["Percent"]["requiredValue"] == "80"
+    assert described["RawScore"]["valueMax"] == "21" and described["RawScore"]["requiredValue"] == "16.8"
+    assert "extra credit" in described["RawScore-open"]["name"].lower()
+    line = verify_credential(CREDENTIAL, now=NOW).summary()
+    assert "score 85.7143% (18 of 21 points), pass mark 80%" in line
+
+
+def test_extra_credit_is_capped_at_100_percent_and_shown_as_such():
+    score = Score.from_points(25, 21)
+    assert (score.fraction, score.points, score.extra_points) == (1.0, 21.0, 4.0)
+    assert score.describe() == "21 of 21 points (100%) + 4 extra credit"
+    assert "119" not in score.describe() and "25" not in score.describe()
+    credential = issue_credential(KEY, **{**FIELDS, "score": score})
+    assert _results(credential) == {"Score": "100", "Points": "21", "Extra credit points": "4"}
+    line = verify_credential(credential, now=NOW).summary()
+    assert "score 100% (21 of 21 points + 4 extra credit)" in line
+
+
+def test_late_penalty_comes_off_before_the_cap():
+    score = Score.from_points(20, 21, late_penalty=3)
+    assert score.points == 17 and score.extra_points == 0 and score.late_penalty == 3
+    assert score.describe() == "17 of 21 points (81%), after a late penalty of 3"
+    below = Score.from_points(18, 21, late_penalty=2)  # 16 of 21: below 80% although the raw score passes
+    with pytest.raises(CertError, match="below the pass mark"):
+        issue_credential(KEY, **{**FIELDS, "score": below})
+    extra_left = Score.from_points(25, 21, late_penalty=2)
+    assert (extra_left.points, extra_left.extra_points) == (21, 2)
+    assert Score.from_points(1, 21, late_penalty=5).points == 0  # never negative
+
+
+def test_nearly_full_marks_never_print_100_percent():
+    assert Score.from_points(20.95, 21).describe().endswith("(99%)")
+
+
+def test_results_are_checked_as_numbers():
+    for bad in ("1e400", "-5", "NaN", "8 6", "", "1.2.3", "٨٦"):  # the last: Arabic-Indic digits
+        tampered = copy.deepcopy(CREDENTIAL)
+        tampered["credentialSubject"]["result"][0]["value"] = bad
+        with pytest.raises(CertError, match="decimal number"):
+            verify_credential(tampered, now=NOW)
+    tampered = copy.deepcopy(CREDENTIAL)
+    tampered["credentialSubject"]["result"][0]["value"] = "119"
+    with pytest.raises(CertError, match="above its maximum"):
+        verify_credential(tampered, now=NOW)
+
+
+def test_credentials_without_results_still_verify_with_the_narrative():
+    """Certificates issued before results existed stay valid; the summary then shows the narrative, escaped."""
+    from quizzes.certs.keys import verification_method
+    from quizzes.certs.proof import add_proof
+
+    old = copy.deepcopy({k: v for k, v in CREDENTIAL.items() if k != "proof"})
+    del old["credentialSubject"]["result"], old["credentialSubject"]["achievement"]["resultDescription"]
+    signed = add_proof(old, KEY, verification_method(did_key(KEY.public_key())), old["validFrom"])
+    line = verify_credential(signed, now=NOW).summary()
+    assert "Passed the graded quiz 'quiz1'" in line and "\n" not in line
+
+
+# -- eddsa-rdfc-2022 --------------------------------------------------------------------------------------------------
+
+RDFC_CREDENTIAL = issue_credential(KEY, cryptosuite="eddsa-rdfc-2022", **FIELDS)
+
+
+def _same_set(before, after) -> bool:
+    """Lists with the same distinct items: a JSON-LD set (like `type`) means the same in RDF, in any order, with
+    any repetition, so eddsa-rdfc-2022 signs them as one."""
+    return isinstance(before, list) and isinstance(after, list) and before != after and \
+        set(map(json.dumps, before)) == set(map(json.dumps, after))
+
+
+def test_rdfc_round_trip_and_any_change_fails():
+    assert RDFC_CREDENTIAL["proof"]["cryptosuite"] == "eddsa-rdfc-2022" and "@context" not in RDFC_CREDENTIAL["proof"]
+    v = verify_credential(RDFC_CREDENTIAL, now=NOW)
+    assert v.cryptosuite == "eddsa-rdfc-2022" and "18 of 21 points" in v.summary()
+    tried = 0
+    for path in [p for p in _paths(RDFC_CREDENTIAL) if p]:
+        for what, tampered in _mutations(RDFC_CREDENTIAL, path):
+            if not what.startswith("del") and path[-1] != "@context" \
+                    and _same_set(_get(RDFC_CREDENTIAL, path), _get(tampered, path)):
+                continue
+            with pytest.raises(CertError):
+                verify_credential(tampered, now=NOW)
+                pytest.fail(f"verify accepted a changed credential: {what}")
+            tried += 1
+    assert tried > 100
+
+
+def test_rdfc_refuses_unsigned_keyword_keys():
+    for where in ("top", "nested"):
+        tampered = copy.deepcopy(RDFC_CREDENTIAL)
+        target = tampered if where == "top" else tampered["credentialSubject"]["achievement"]
+        target["@comment"] = "JSON-LD ignores this key, so the signature does not cover it"
+        with pytest.raises(CertError, match="starts with '@'"):
+            verify_credential(tampered, now=NOW)

