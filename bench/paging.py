@@ -8,31 +8,22 @@
 2. The serving simulation on 10,000 requests of the ShareGPT-like trace: simulate_paged (the scheduler over the
    block manager) and simulate_contiguous (max reservation through the caching allocator), each timed once.
 
-    .venv/bin/python bench/paging.py [--requests N] [--seconds S]
+    .venv/bin/python bench/paging.py [--quick] [--requests N] [--seconds S]
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
 
 from minialloc.paging import DEFAULT_BLOCK_SIZE, BlockManager
 from minialloc.serving import sample_requests, simulate_contiguous, simulate_paged
+from minialloc.timing import bench_parser, once
+from minialloc.timing import rate as timed
 
 NUM_BLOCKS = 100_000  # an H100's worth of 16-token blocks for a 7B model (about 128 KiB each, 12 GiB)
-
-
-def timed(fn: Callable[[], int], seconds: float) -> tuple[float, int]:
-    """Run fn (which returns a count of units of work) until `seconds` have passed; returns (rate, units)."""
-    done, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        done += fn()
-    return done / elapsed, done
 
 
 def prompts(n: int, seed: int = 0) -> list[list[int]]:
@@ -80,10 +71,14 @@ def fork_round(manager: BlockManager, width: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10_000, help="requests in the simulated trace")
-    parser.add_argument("--seconds", type=float, default=2.0, help="time per micro-benchmark")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--requests", type=int, default=None, help="requests in the simulated trace (default "
+                        "10,000; --quick: 500)")
+    parser.add_argument("--seconds", type=float, default=None, help="time per micro-benchmark (default 2; --quick: "
+                        "0.3)")
     args = parser.parse_args(argv)
+    args.requests = args.requests or (500 if args.quick else 10_000)
+    args.seconds = args.seconds or (0.3 if args.quick else 2.0)
 
     # two batches, each more than the pool holds: a round fills the pool and so evicts the other batch's cached
     # blocks, and every allocation takes new blocks (no prefix hits by repetition)
@@ -107,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nServing simulation, {args.requests} ShareGPT-like requests (OPT-13B, 12 GiB of KV):")
     for name, run in (("simulate_paged", lambda: simulate_paged(requests)),
                       ("simulate_contiguous (max)", lambda: simulate_contiguous(requests))):
-        start = time.perf_counter()
-        out = run()
-        elapsed = time.perf_counter() - start
+        out, elapsed = once(run)
         print(f"  {name:<26} {elapsed:6.2f} s  ({out['steps']} decode steps, {elapsed / out['steps'] * 1e6:.0f} us "
               f"per step, {args.requests / elapsed:.0f} requests/s)")
     return 0

@@ -1,6 +1,6 @@
 """Allocator speed: microseconds per malloc/free over a generated trace, and how it grows with live blocks.
 
-Prints figures; it is not a test. Usage:  python bench/replay.py [--events 1000000]
+Prints figures; it is not a test. Usage:  python bench/replay.py [--quick] [--events 1000000]
 
 The trace mixes small (<= 1 MiB) and large sizes on four streams and keeps a target number of blocks live, so
 the pools hold thousands of cached blocks. Each operation is timed as part of the whole replay loop (the loop's
@@ -9,11 +9,12 @@ own overhead, measured with a no-op allocator, is subtracted).
 
 from __future__ import annotations
 
-import argparse
 import random
+import sys
 import time
 
 from minialloc import CachingAllocator, SimulatedGPU
+from minialloc.timing import bench_parser
 
 
 def make_trace(n_events: int, live_target: int, seed: int = 0) -> list[tuple[int, int, int]]:
@@ -61,19 +62,24 @@ def measure(trace, history: bool, capacity: str = "80TiB") -> float:
     return elapsed / len(trace) * 1e6
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=1_000_000)
-    args = ap.parse_args()
-    trace = make_trace(args.events, live_target=5000)
+def main(argv: list[str] | None = None) -> int:
+    ap = bench_parser(__doc__)
+    ap.add_argument("--events", type=int, default=None, help="events in the main trace (default 1,000,000; "
+                    "--quick: 100,000)")
+    args = ap.parse_args(argv)
+    events = args.events or (100_000 if args.quick else 1_000_000)
+    trace = make_trace(events, live_target=5000)
     print(f"trace: {len(trace):,} events, ~5,000 live blocks, sizes 1 B-64 KiB (70%) and 1-48 MiB, 4 streams")
     for history in (False, True):
         print(f"  history recording {'on ' if history else 'off'}: {measure(trace, history):.2f} us per operation")
+    if args.quick:
+        return 0
     print("growth with live blocks (200,000 events each, history off):")
     for live_target in (1_000, 10_000, 100_000):
         t = make_trace(200_000 if live_target < 100_000 else 400_000, live_target, seed=1)
         print(f"  {live_target:>7,} live blocks: {measure(t, False):.2f} us per operation")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

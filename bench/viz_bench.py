@@ -1,4 +1,4 @@
-"""How fast are minialloc's pictures on a long trace?  python bench/viz_bench.py [--events N] [--check]
+"""How fast are minialloc's pictures on a long trace?  python bench/viz_bench.py [--quick] [--events N] [--check]
 
 Targets (issue "Seeing memory"): one step of the stepper under 200 ms on a 100,000-event trace, whatever the
 direction of the move; the static plots (segment map, timeline, PNG + SVG files) in a few seconds.
@@ -7,19 +7,18 @@ Prints one line per measurement; --check exits 1 when a median misses its target
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from minialloc import CachingAllocator, SimulatedGPU  # noqa: E402
 from minialloc.oom import OutOfMemoryError  # noqa: E402
+from minialloc.timing import bench_parser, once  # noqa: E402
 from minialloc.viz import Stepper, plot_segment_map, plot_timeline, random_events, save_plots  # noqa: E402
 
 STEP_TARGET_S = 0.200
@@ -27,9 +26,7 @@ STATIC_TARGET_S = 5.0
 
 
 def timed(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    return once(fn)[1]
 
 
 def report(name: str, times: list[float], target: float | None = None) -> bool:
@@ -44,12 +41,15 @@ def report(name: str, times: list[float], target: float | None = None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=9, help="draws per stepper measurement")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--events", type=int, default=None, help="events in the trace (default 100,000; --quick: "
+                        "10,000)")
+    parser.add_argument("--repeat", type=int, default=None, help="draws per stepper measurement (default 9; "
+                        "--quick: 3)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
-    n = args.events
+    n = args.events or (10_000 if args.quick else 100_000)
+    args.repeat = args.repeat or (3 if args.quick else 9)
     events = random_events(n, seed=0)
     print(f"{n} events ({sum(1 for e in events if e[0] > 0)} mallocs), capacity 80 GiB, native config")
     ok = True

@@ -1,4 +1,9 @@
-"""minialloc: PyTorch's CUDA caching allocator, rule for rule, on a simulated GPU (or a real one).
+"""minialloc: PyTorch 2.13's CUDA caching allocator, rule for rule, on a simulated GPU (or a real one).
+
+The version mirrored is PyTorch 2.13 (torch 2.13.0): its allocator rules, PYTORCH_CUDA_ALLOC_CONF keys and errors,
+memory_stats(), memory_summary(), snapshot schema, OOM message and history switch (off until
+record_memory_history()). The README lists the deliberate differences (the OOM message's extra line, debug
+guards, compaction, empty_cache annotations, state restore, stricter config strings).
 
     >>> import minialloc
     >>> gpu = minialloc.SimulatedGPU("8GiB")

@@ -1,4 +1,4 @@
-"""The caching allocator: PyTorch's CUDA caching allocator, rule for rule, in Python.
+"""The caching allocator: PyTorch 2.13's CUDA caching allocator, rule for rule, in Python.
 
 Why cache at all? cudaMalloc and cudaFree are slow (they can synchronize the whole device), and a training step
 allocates and frees thousands of tensors. So the allocator asks the device for big SEGMENTS, cuts them into
@@ -20,7 +20,7 @@ function of DeviceCachingAllocator in c10/cuda/CUDACachingAllocator.cpp:
    over 1 MiB and the request is under max_split_size. An unsplit remainder stays inside the handed-out block.
 6. Merging (free_block, try_merge_blocks). A freed block merges with free neighbours of its segment, so a segment
    whose blocks are all free is one block again, and only then can it go back to the device.
-7. When nothing fits (malloc): garbage-collect old cached blocks if a memory fraction and
+7. When nothing fits (malloc): garbage-collect old cached blocks if a memory fraction under 1.0 and
    garbage_collection_threshold are set; ask the device for a new segment (alloc_block); on failure release one
    oversize cached block big enough, or several (release_available_cached_blocks), and retry; then release EVERY
    unsplit cached block (release_cached_blocks, what empty_cache does) and retry once more; then raise
@@ -36,29 +36,46 @@ Expandable segments (expandable_segments:True): instead of one device malloc per
 (stream, pool) grows by mapping pages where a block needs them, and empty_cache unmaps every wholly free page.
 
 Sizes of 0: malloc(0) returns the null pointer 0 and touches nothing, as PyTorch's allocate(0) returns a null
-DataPtr; free(0) is a no-op, like cudaFree(nullptr).
+DataPtr; free(0) is a no-op, like cudaFree(nullptr). A request of 1 EB (2**60 bytes) or more is refused at once
+with OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory."), before any counter or trace
+entry, as NativeCachingAllocator::allocate does.
+
+History: nothing is recorded until record_memory_history() is called, as in PyTorch (snapshot()["device_traces"]
+is [[]] until then). Record history before the run you want to read.
+
+The PyTorch source read for these rules: c10/cuda/CUDACachingAllocator.cpp of the 2.12/2.13 development line
+(with large_segment_size and per_process_memory_fraction), c10/core/AllocatorConfig.h and
+c10/cuda/CUDAAllocatorConfig.h of the 2.13.0 release, and torch/cuda/memory.py of 2.13.0.
 
 Thread safety: one re-entrant lock around every public method, as PyTorch has one mutex per device.
 
 Beyond PyTorch (minialloc's own): debug_guards:True puts guard bytes after every block (debug.py), and blocks
-allocated through Buffer handles can be moved by defragment() (compaction.py). Neither costs the default path
-anything: while one is in use, checked versions of malloc and free are bound on the instance.
+allocated through Buffer handles can be moved by defragment() (compaction.py). Both are EXTENSIONS written against
+the seam in extension.py: hooks that malloc and free call at fixed points (AllocatorExtension), and the public
+methods of AllocatorHost (block_at, blocks, move_block, release_segment...). They import that seam and never this
+module, so the allocator can offer them (config key, buffer(), defragment()) without an import circle. With no
+extension installed, malloc and free test one empty tuple: the default path runs no extension code.
+
+Blocks and pools, the data these rules work on, are in blocks.py.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TypeVar
 
-from sortedcontainers import SortedList
-
+from .blocks import Block, BlockPool, InvalidPointerError, try_merge_blocks
+from .compaction import Buffer, DefragmentReport, defragment
 from .config import AllocatorConfig
-from .device import DeviceOutOfMemory, Event
+from .debug import Guards
+from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment
+from .extension import AllocatorExtension
 from .oom import OOMReport, OutOfMemoryError
 from .sizes import (
     K_LARGE_BUFFER,
@@ -67,90 +84,26 @@ from .sizes import (
     K_ROUND_LARGE,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
+    format_size,
 )
 from .stats import DeviceStats
 
-if TYPE_CHECKING:
-    from .compaction import Buffer, DefragmentReport
-    from .debug import Guards
+__all__ = [  # Block, BlockPool and InvalidPointerError live in blocks.py; they are still importable from here
+    "Block", "BlockPool", "CachingAllocator", "InvalidPointerError", "get_allocation_size", "round_size",
+    "roundup_power2_next_division",
+]
+
+E = TypeVar("E", bound=AllocatorExtension)
 
 SIZE_MAX = 2**64 - 1  # "unset" for max_split_size, as std::numeric_limits<size_t>::max()
-DEFAULT_TRACE_ENTRIES = 100_000
-
-
-class InvalidPointerError(ValueError):
-    """free or record_stream was given a pointer this allocator did not hand out, or handed out and took back."""
-
-
-class Block:
-    """A piece of a segment: handed out (allocated), free in a pool, or (expandable) not backed by pages."""
-
-    __slots__ = (
-        "ptr", "size", "requested_size", "stream", "pool", "allocated", "prev", "next", "event_count",
-        "stream_uses", "gc_count_base", "mapped", "segment", "key", "frames",
-    )
-
-    def __init__(self, ptr: int, size: int, stream: int, pool: BlockPool) -> None:
-        self.ptr = ptr
-        self.size = size
-        self.requested_size = 0
-        self.stream = stream
-        self.pool = pool
-        self.allocated = False
-        self.prev: Block | None = None  # neighbours in the same segment, by address
-        self.next: Block | None = None
-        self.event_count = 0  # events still to complete before this block may be reused
-        self.stream_uses: set[int] | None = None  # other streams that used it (record_stream)
-        self.gc_count_base = 0
-        self.mapped = True  # False only for address space of an expandable segment with no pages behind it
-        self.segment: ExpandableSegment | None = None
-        self.key: tuple = ()  # its sort key while in a pool
-        self.frames: list[dict] = []
-
-    def is_split(self) -> bool:
-        return self.prev is not None or self.next is not None
-
-    def splice(self, before: Block | None, after: Block | None) -> None:
-        """Insert self between two neighbours."""
-        if before is not None:
-            before.next = self
-        self.prev = before
-        if after is not None:
-            after.prev = self
-        self.next = after
-
-    def __repr__(self) -> str:
-        state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
-        return f"Block({self.ptr:#x}, {self.size}, stream={self.stream}, {state})"
-
-
-class BlockPool:
-    """Free blocks of one size class, ordered by (stream, size, address) for best fit (BlockComparatorSize)."""
-
-    def __init__(self, is_small: bool) -> None:
-        self.is_small = is_small
-        self.blocks: SortedList = SortedList()  # (stream, size, ptr, block)
-        self.unmapped: SortedList = SortedList()  # (stream, ptr, block), expandable segments only
-        self.get_free_blocks_call_count = 0  # the clock garbage collection measures block age with
-
-    def insert(self, block: Block) -> None:  # BlockPool::insert_into_blocks
-        block.gc_count_base = self.get_free_blocks_call_count
-        block.key = (block.stream, block.size, block.ptr, block)
-        self.blocks.add(block.key)
-
-    def remove(self, block: Block) -> None:
-        self.blocks.remove(block.key)
-
-    def insert_unmapped(self, block: Block) -> None:
-        block.key = (block.stream, block.ptr, block)
-        self.unmapped.add(block.key)
-
-    def remove_unmapped(self, block: Block) -> None:
-        self.unmapped.remove(block.key)
+DEFAULT_TRACE_ENTRIES = sys.maxsize  # _record_memory_history's max_entries default (torch/cuda/memory.py, 2.13)
+ONE_EXA_BYTES = 1 << 60  # NativeCachingAllocator::allocate refuses size >= one_exa_bytes before anything else
 
 
 def round_size(size: int, divisions: int) -> int:
-    """round_size: up to a multiple of 512, or to one of `divisions` steps between powers of two."""
+    """round_size: up to a multiple of 512, or to one of `divisions` steps between powers of two.
+
+    malloc calls exactly this function on every request (the plain 512-byte case is its fast path)."""
     if size < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
     if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:  # 0 or 1 division: plain 512-byte rounding
@@ -170,12 +123,13 @@ def roundup_power2_next_division(size: int, divisions: int) -> int:
     return size if floor == size else floor + step
 
 
-def get_allocation_size(size: int) -> int:
-    """get_allocation_size: the segment asked of the device for a rounded request."""
+def get_allocation_size(size: int, large_segment_size: int = K_LARGE_BUFFER) -> int:
+    """get_allocation_size: the segment asked of the device for a rounded request. Large requests under 10 MiB
+    get AcceleratorAllocatorConfig::large_segment_size() (large_segment_size_mb, default 20 MiB)."""
     if size <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
     if size < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
+        return large_segment_size
     return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
@@ -218,25 +172,32 @@ class CachingAllocator:
     an AllocatorConfig, or None to read the MINIALLOC_ALLOC_CONF environment variable.
     """
 
-    def __init__(self, device: Any, config: str | AllocatorConfig | None = None) -> None:
+    def __init__(self, device: Device, config: str | AllocatorConfig | None = None) -> None:
         self.device = device
         self._lock = threading.RLock()
         self.stats = DeviceStats()
         self._small = BlockPool(is_small=True)
         self._large = BlockPool(is_small=False)
         self._active: dict[int, Block] = {}  # ptr -> block, allocated or waiting on events (active_blocks)
-        self._events: dict[int, deque[tuple[Event, Block]]] = {}  # stream -> outstanding events (cuda_events)
+        self._events: dict[int, deque[tuple[StreamEvent, Block]]] = {}  # stream -> outstanding events (cuda_events)
         self._expandable_segments: list[ExpandableSegment] = []
         self._total_reserved = 0  # total_allocated_memory: bytes held from the device
-        self._set_fraction = False
+        self._set_fraction = False  # allowed_memory_maximum.has_value(): a fraction under 1.0 is set
         self._allowed = 0  # allowed_memory_maximum
-        # entries are kept as tuples (cheap on the hot path) and become PyTorch's dicts in snapshot()
-        self._trace: deque[tuple] | None = deque(maxlen=DEFAULT_TRACE_ENTRIES)
+        # Off until record_memory_history(), as PyTorch's record_history. Entries are kept as tuples (cheap on the
+        # hot path) and become PyTorch's dicts in snapshot().
+        self._trace: deque[tuple] | None = None
         self._record_stacks = False
-        self._trace_note = ""  # user_metadata for the trace entries being written
-        self._buffers: dict[Block, Buffer] = {}  # blocks allocated through a Buffer: defragment() may move them
-        self._debug: Guards | None = None  # while debug_guards is on
-        self._apply_config(self._as_config(config))
+        self._trace_note = ""  # user_metadata (torch.cuda.memory._set_memory_metadata) for the entries written
+        self._annotations: list[dict] = []  # a snapshot's external_annotations
+        # hooks of minialloc's own additions (debug guards, Buffers): empty on PyTorch's path, and then free
+        self._extensions: tuple[AllocatorExtension, ...] = ()
+        config = self._as_config(config)
+        self._apply_config(config)
+        # Both are read once, when PyTorch constructs the DeviceCachingAllocator: the memory fraction from
+        # per_process_memory_fraction and stats.max_split_size, which memory_stats() reports from then on.
+        self._stats_max_split = -1 if config.max_split_size is None else config.max_split_size
+        self._set_memory_fraction(config.per_process_memory_fraction)
 
     # -- configuration ---------------------------------------------------------------------------------------
     @staticmethod
@@ -250,34 +211,92 @@ class CachingAllocator:
         raise TypeError(f"config must be a string like 'max_split_size_mb:128' or an AllocatorConfig, got {config!r}")
 
     def _apply_config(self, config: AllocatorConfig) -> None:
-        debug = None
-        if config.debug_guards:
-            from .debug import Guards
-
-            debug = self._debug or Guards(self)  # refuses a device without data, before anything changes
-        self._debug = debug
+        guards = self.find_extension(Guards)
+        if config.debug_guards and guards is None:
+            self.add_extension(Guards(self.device))  # refuses a device without data, before anything changes
+        elif guards is not None and not config.debug_guards:
+            self.remove_extension(guards)
         self.config = config
         self._max_split = SIZE_MAX if config.max_split_size is None else config.max_split_size
         self._max_non_split_rounding = config.max_non_split_rounding
         self._gc_threshold = config.garbage_collection_threshold
         self._any_divisions = any(config.roundup_power2_divisions)
         self._expandable = config.expandable_segments
-        self._bind_checked_methods()
+        self._large_segment_size = config.large_segment_size
 
-    def _bind_checked_methods(self) -> None:
-        """Debug guards and Buffers need extra steps in malloc and free. Rather than test for them on every call,
-        bind checked versions on the instance while either is in use: the class's methods stay as fast as ever."""
-        for name in ("malloc", "free", "_alloc_found_block", "_free_block"):
-            self.__dict__.pop(name, None)
-        if self._debug is not None:
-            self.malloc = self._debug.malloc
-            self._alloc_found_block = self._debug.alloc_found_block
-            self._free_block = self._debug.free_block
-        if self._debug is not None or self._buffers:
-            self.free = self._checked_free
+    # -- the extension seam (extension.py) -----------------------------------------------------------------------
+    @property
+    def extensions(self) -> tuple[AllocatorExtension, ...]:
+        """The installed extensions, in the order their hooks run."""
+        return self._extensions
+
+    def add_extension(self, extension: E) -> E:
+        """Install an extension: its hooks run from the next malloc or free on. Returns it."""
+        with self._lock:
+            self._extensions = (*self._extensions, extension)
+        return extension
+
+    def remove_extension(self, extension: AllocatorExtension) -> None:
+        with self._lock:
+            self._extensions = tuple(e for e in self._extensions if e is not extension)
+
+    def find_extension(self, kind: type[E]) -> E | None:
+        """The installed extension of this class (e.g. debug.Guards), or None."""
+        for e in self._extensions:
+            if isinstance(e, kind):
+                return e
+        return None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The allocator's re-entrant lock: hold it to keep blocks from moving between two calls."""
+        return self._lock
+
+    @property
+    def max_split_size(self) -> int:
+        """max_split_size in bytes (2**64 - 1 when unset): blocks at least this big are "oversize"."""
+        return self._max_split
+
+    def block_at(self, ptr: int) -> Block | None:
+        """The live block (allocated, or freed and waiting on other streams' events) that starts at ptr."""
+        return self._active.get(ptr)
+
+    def blocks(self) -> Iterator[Block]:
+        """Every mapped block: the free ones in the pools, then the active ones (get_all_blocks)."""
+        return self._all_blocks()
+
+    def pools(self) -> tuple[BlockPool, BlockPool]:
+        """(small pool, large pool)."""
+        return self._small, self._large
+
+    def move_block(self, block: Block, dst: int) -> None:
+        """Re-key a live block whose bytes the caller has copied to dst (compaction); the Block object, and so
+        anything holding it, stays the same. The caller fixes its neighbours. PyTorch's trace has no "move": a
+        free and an alloc keep replays and timelines right."""
+        with self._lock:
+            src = block.ptr
+            if self._trace is not None:
+                self._record("free_requested", src, block.requested_size, block.stream, block.frames)
+                self._record("free_completed", src, block.requested_size, block.stream, block.frames)
+                self._record("alloc", dst, block.requested_size, block.stream, block.frames)
+            del self._active[src]
+            block.ptr = dst
+            self._active[dst] = block
+
+    def release_segment(self, block: Block) -> None:
+        """Give a wholly free ordinary segment, one free block in its pool, back to the device (release_block)."""
+        with self._lock:
+            if block.allocated or block.is_split() or block.segment is not None or block.key not in block.pool.blocks:
+                raise ValueError(f"{block!r} is not a whole free segment in its pool")
+            self._release_block(block)
 
     def set_allocator_settings(self, text: str) -> None:
-        """Change settings at runtime (torch.cuda.memory._set_allocator_settings): keys not named keep their value."""
+        """Change settings at runtime, as torch._C._accelerator_setAllocatorSettings (which
+        torch.cuda.memory._set_allocator_settings calls) does in PyTorch 2.13: the string is parsed from the
+        defaults of max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions and
+        garbage_collection_threshold, so those go back to unset unless named; the other settings keep their values
+        (see AllocatorConfig.updated). memory_stats()["max_split_size"] and the memory fraction do not change:
+        PyTorch reads them when the allocator is created."""
         with self._lock:
             self._apply_config(self.config.updated(text))
 
@@ -287,21 +306,21 @@ class CachingAllocator:
         # exact type checks first: they are the cheap common case (bool is an int subclass, and is refused)
         if type(stream) is not int or stream < 0:
             _check_stream(stream)
-        if type(size) is not int or size <= 0:
+        if type(size) is not int or size <= 0 or size >= 1152921504606846976:  # ONE_EXA_BYTES, as a constant
             if _check_size(size) == 0:
                 return 0  # a null allocation, as PyTorch's allocate(0)
+            if size >= ONE_EXA_BYTES:
+                raise OutOfMemoryError.more_than_1eb()
         orig_size = size
         with self._lock:
+            extensions = self._extensions
+            if extensions:
+                size = self._extended_request(size)
             if self._events:
                 self._process_events()
-            if self._any_divisions:
-                size = round_size(size, self.config.roundup_divisions_for(size))
-            elif size < K_MIN_BLOCK_SIZE:
-                size = K_MIN_BLOCK_SIZE
-            else:
-                size = -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE  # round_size without divisions
+            size = round_size(size, self.config.roundup_divisions_for(size) if self._any_divisions else 0)
             pool = self._small if size <= K_SMALL_SIZE else self._large
-            alloc_size = get_allocation_size(size)
+            alloc_size = get_allocation_size(size, self._large_segment_size)
 
             block = self._get_free_block(pool, size, stream)
             if block is None:
@@ -315,7 +334,20 @@ class CachingAllocator:
                     block = self._alloc_block(pool, size, alloc_size, stream, is_retry=True)
             if block is None:
                 raise self._out_of_memory(orig_size, size, alloc_size, stream)
-            return self._alloc_found_block(block, pool, size, orig_size, stream, self._should_split(block, size))
+            ptr = self._alloc_found_block(block, pool, size, orig_size, stream, self._should_split(block, size))
+            if extensions:
+                block = self._active[ptr]
+                for e in extensions:
+                    e.on_malloc(block)
+            return ptr
+
+    def _extended_request(self, size: int) -> int:
+        """The size the rules see once every extension has added its room (request_size)."""
+        for e in self._extensions:
+            size = e.request_size(size)
+        if size >= ONE_EXA_BYTES:
+            raise OutOfMemoryError.more_than_1eb()
+        return size
 
     def _get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
         """get_free_block: the smallest cached block of at least `size` on `stream`, taken out of the pool."""
@@ -324,9 +356,11 @@ class CachingAllocator:
         blocks = pool.blocks
         i = blocks.bisect_left((stream, size))
         n = len(blocks)
-        if i == n or blocks[i][0] != stream:
+        if i == n:
             return None
-        block: Block = blocks[i][3]
+        found_stream, _size, _ptr, block = blocks[i]  # a pool entry (see blocks.py)
+        if found_stream != stream:
+            return None
         if block.segment is not None:
             if self._expandable:
                 # an expandable block can grow into the unmapped space after it: best fit by what it can reach
@@ -334,19 +368,22 @@ class CachingAllocator:
                     return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
 
                 j = i + 1
-                while block.segment is not None and j < n and blocks[j][0] == stream:
-                    nxt = blocks[j][3]
-                    if reach(nxt) >= reach(block):
+                while block.segment is not None and j < n:
+                    next_stream, _size, _ptr, nxt = blocks[j]
+                    if next_stream != stream or reach(nxt) >= reach(block):
                         break
                     i, block, j = j, nxt, j + 1
             else:
                 # expandable segments were switched off: only ordinary blocks may serve new requests
-                i += 1
-                while i < n and blocks[i][0] == stream and blocks[i][3].segment is not None:
+                while True:
                     i += 1
-                if i == n or blocks[i][0] != stream:
-                    return None
-                block = blocks[i][3]
+                    if i == n:
+                        return None
+                    found_stream, _size, _ptr, block = blocks[i]
+                    if found_stream != stream:
+                        return None
+                    if block.segment is None:
+                        break
         if size < self._max_split and block.size >= self._max_split:
             return None  # an oversize block never serves a small request
         if size >= self._max_split and block.size >= size + self._max_non_split_rounding:
@@ -393,7 +430,7 @@ class CachingAllocator:
             stats.oversize_allocations.increase(1)
         if self._trace is not None:
             block.frames = _python_frames() if self._record_stacks else []
-            self._record("alloc", block.ptr, orig_size, stream, block.frames)
+            self._record("alloc", block.ptr, orig_size, stream, block.frames or None)
         return block.ptr
 
     def _alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, is_retry: bool) -> Block | None:
@@ -416,7 +453,7 @@ class CachingAllocator:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
         if self._trace is not None:
-            self._record("segment_alloc", ptr, alloc_size, stream)
+            self._record("segment_alloc", ptr, alloc_size, stream, self._context())
         return block
 
     # -- freeing -----------------------------------------------------------------------------------------------
@@ -430,36 +467,41 @@ class CachingAllocator:
             block = self._active.get(ptr)
             if block is None or not block.allocated:
                 raise self._invalid_pointer("free", ptr)
+            problem = None
+            if self._extensions:
+                problem = self._extended_free(block)
             block.allocated = False
             self.stats.free_requested(block.pool.is_small, block.size)
             if self._trace is not None:
-                self._record("free_requested", ptr, block.requested_size, block.stream, block.frames)
+                self._record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
             if block.size >= self._max_split:
                 self.stats.oversize_allocations.decrease(1)
             if block.stream_uses:
                 self._insert_events(block)  # used on other streams: free once their work is done
             else:
                 self._free_block(block)
+            if problem is not None:
+                raise problem
 
-    def _checked_free(self, ptr: int) -> None:
-        """free, refusing a Buffer's pointer and checking debug guards (bound as self.free while those are used)."""
-        with self._lock:
-            block = self._active.get(ptr) if type(ptr) is int else None
-            if block is not None and block in self._buffers:
-                raise InvalidPointerError(
-                    f"free({ptr:#x}): this block belongs to a Buffer, which defragment() may move: call its free()"
-                )
-            violation = None
-            if self._debug is not None and block is not None and block.allocated:
-                violation = self._debug.check(block)
-            CachingAllocator.free(self, ptr)
-        if violation is not None:
-            raise violation
+    def _extended_free(self, block: Block) -> Exception | None:
+        """Every extension may refuse first (check_free); then each sees the free (on_free). The first problem
+        reported is raised once the free is done."""
+        for e in self._extensions:
+            e.check_free(block)
+        problem = None
+        for e in self._extensions:
+            found = e.on_free(block)
+            if problem is None:
+                problem = found
+        return problem
 
     def _free_block(self, block: Block) -> None:
         """free_block: merge with free neighbours and return to the pool."""
+        if self._extensions:
+            for e in self._extensions:
+                e.on_free_block(block)
         if self._trace is not None:
-            self._record("free_completed", block.ptr, block.requested_size, block.stream, block.frames)
+            self._record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
         block.frames = []
         original_size = block.size
         requested_size = block.requested_size
@@ -468,7 +510,7 @@ class CachingAllocator:
         net_blocks = net_bytes = 0
         for candidate in (block.prev, block.next):
             if candidate is not None and not candidate.allocated:
-                subsumed = self._try_merge_blocks(block, candidate, pool)
+                subsumed = try_merge_blocks(block, candidate, pool)
                 if subsumed:
                     net_blocks -= 1
                     net_bytes -= subsumed
@@ -489,27 +531,6 @@ class CachingAllocator:
             elif net_bytes < 0:
                 stats.decrease("inactive_split_bytes", small, -net_bytes)
         stats.free_completed(small, original_size, requested_size)
-
-    @staticmethod
-    def _try_merge_blocks(dst: Block, src: Block | None, pool: BlockPool) -> int:
-        """try_merge_blocks: absorb a free neighbour with no pending work and the same mapped state."""
-        if src is None or src.allocated or src.event_count > 0 or src.stream_uses or dst.mapped != src.mapped:
-            return 0
-        if dst.prev is src:  # [src dst]
-            dst.ptr = src.ptr
-            dst.prev = src.prev
-            if dst.prev is not None:
-                dst.prev.next = dst
-        else:  # [dst src]
-            dst.next = src.next
-            if dst.next is not None:
-                dst.next.prev = dst
-        dst.size += src.size
-        if src.mapped:
-            pool.remove(src)
-        else:
-            pool.remove_unmapped(src)
-        return src.size
 
     # -- streams -----------------------------------------------------------------------------------------------
     def record_stream(self, ptr: int, stream: int) -> None:
@@ -568,7 +589,7 @@ class CachingAllocator:
         """release_block: cudaFree a whole cached segment."""
         self.stats.num_device_free += 1
         if self._trace is not None:
-            self._record("segment_free", block.ptr, block.size, block.stream)
+            self._record("segment_free", block.ptr, block.size, block.stream, self._context())
         self.device.free(block.ptr)
         self._total_reserved -= block.size
         small = block.pool.is_small
@@ -585,14 +606,15 @@ class CachingAllocator:
         key_size = max(size, self._max_split)
         blocks = pool.blocks
         i = blocks.bisect_left((stream, key_size))
-        if i == len(blocks) or blocks[i][0] != stream or blocks[i][3].segment is not None:
+        found_stream, _size, _ptr, found = blocks[i] if i < len(blocks) else (None, 0, 0, None)
+        if found is None or found_stream != stream or found.segment is not None:
             # no single block is big enough: free oversize blocks from the largest down
             if i == 0:
                 return False
             released = 0
             i -= 1
             while released < key_size and i >= 0:
-                b: Block = blocks[i][3]
+                _stream, _size, _ptr, b = blocks[i]
                 if b.size < self._max_split or b.stream != stream:
                     break
                 if b.segment is None and not b.is_split():
@@ -600,7 +622,7 @@ class CachingAllocator:
                     self._release_block(b)
                 i -= 1
             return released >= key_size
-        self._release_block(blocks[i][3])
+        self._release_block(found)
         return True
 
     def _release_cached_blocks(self) -> bool:
@@ -612,8 +634,7 @@ class CachingAllocator:
 
     def _release_blocks(self, pool: BlockPool) -> None:
         to_unmap = []
-        for key in list(pool.blocks):
-            block: Block = key[3]
+        for block in list(pool.free_blocks()):
             if block.segment is not None:
                 to_unmap.append(block)  # unmapping changes the pool: do it after the walk
             elif block.prev is None and block.next is None:
@@ -634,15 +655,14 @@ class CachingAllocator:
         def freeable(b: Block) -> bool:
             return not b.is_split() and b.segment is None
 
-        ages = [pool.get_free_blocks_call_count - k[3].gc_count_base for k in pool.blocks if freeable(k[3])]
+        ages = [pool.get_free_blocks_call_count - b.gc_count_base for b in pool.free_blocks() if freeable(b)]
         total_age, count = float(sum(ages)), len(ages)
         reclaimed = 0
         freed_one = True
         while reclaimed < target and freed_one and count > 0:
             age_threshold = total_age / count
             freed_one = False
-            for key in list(pool.blocks):
-                b = key[3]
+            for b in list(pool.free_blocks()):
                 age = pool.get_free_blocks_call_count - b.gc_count_base
                 if freeable(b) and age >= age_threshold:
                     freed_one = True
@@ -652,14 +672,20 @@ class CachingAllocator:
                     self._release_block(b)
 
     def empty_cache(self) -> None:
-        """Return every cached segment that holds no live block to the device (torch.cuda.empty_cache)."""
+        """Return every cached segment that holds no live block to the device (torch.cuda.empty_cache).
+
+        While history is recorded, the call is marked by a pair of external annotations (name "empty_cache",
+        stage "START" and "END", as PyTorch writes record_function annotations): the releases between their
+        times are empty_cache's, not a malloc's retry. The trace entries themselves are PyTorch's."""
         with self._lock:
-            # the releases it causes are marked in the trace, so a replay can tell them from a malloc's retry
-            self._trace_note = "empty_cache"
-            try:
+            if self._trace is None:
                 self._release_cached_blocks()
-            finally:
-                self._trace_note = ""
+                return
+            self._annotate("empty_cache", "START", self._clock_past(self._last_trace_us()))
+            self._release_cached_blocks()
+            end = self._clock_past(self._last_trace_us())
+            self._annotate("empty_cache", "END", end)
+            self._clock_past(end)  # entries written after the call are later than its END
 
     # -- expandable segments -----------------------------------------------------------------------------------
     @staticmethod
@@ -671,8 +697,10 @@ class CachingAllocator:
         address space; a new segment (address space only) when there is none."""
         unmapped = pool.unmapped
         i = unmapped.bisect_left((stream,))
-        while i < len(unmapped) and unmapped[i][0] == stream:
-            c: Block = unmapped[i][2]
+        while i < len(unmapped):
+            found_stream, _ptr, c = unmapped[i]
+            if found_stream != stream:
+                break
             if self._allocatable(c.prev):
                 c = c.prev  # a free mapped block just before the hole can be part of the answer
             room, b = 0, c
@@ -682,7 +710,9 @@ class CachingAllocator:
             if room >= size:
                 return c
             i += 1
-        segment = ExpandableSegment(self.device, stream, K_SMALL_BUFFER if pool.is_small else K_LARGE_BUFFER)
+        # the large pool's page is AcceleratorAllocatorConfig::large_segment_size() (20 MiB unless set)
+        page = K_SMALL_BUFFER if pool.is_small else self._large_segment_size
+        segment = ExpandableSegment(self.device, stream, page)
         self._expandable_segments.append(segment)
         candidate = Block(segment.ptr, segment.size, stream, pool)
         candidate.mapped = False
@@ -707,14 +737,14 @@ class CachingAllocator:
             pool.insert_unmapped(remaining)
             to_map.size = mapped
         mapped_ptr = to_map.ptr
-        self._try_merge_blocks(to_map, to_map.prev, pool)
-        self._try_merge_blocks(to_map, to_map.next, pool)
+        try_merge_blocks(to_map, to_map.prev, pool)
+        try_merge_blocks(to_map, to_map.next, pool)
         pool.insert(to_map)
         self._total_reserved += mapped
         self.stats.increase("reserved_bytes", pool.is_small, mapped)
         self.stats.num_device_alloc += 1
         if self._trace is not None:
-            self._record("segment_map", mapped_ptr, mapped, to_map.stream)
+            self._record("segment_map", mapped_ptr, mapped, to_map.stream, self._context())
         return True
 
     def _try_allocate_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
@@ -752,14 +782,14 @@ class CachingAllocator:
             tail.splice(block, block.next)
             pool.insert(tail)
         block.ptr, block.size, block.mapped = ptr, size, False
-        self._try_merge_blocks(block, block.prev, pool)
-        self._try_merge_blocks(block, block.next, pool)
+        try_merge_blocks(block, block.prev, pool)
+        try_merge_blocks(block, block.next, pool)
         pool.insert_unmapped(block)
         self._total_reserved -= size
         self.stats.decrease("reserved_bytes", pool.is_small, size)
         self.stats.num_device_free += 1
         if self._trace is not None:
-            self._record("segment_unmap", ptr, size, block.stream)
+            self._record("segment_unmap", ptr, size, block.stream, self._context())
 
     def _release_expandable_segment(self, block: Block) -> None:
         segment = block.segment
@@ -770,13 +800,13 @@ class CachingAllocator:
 
     # -- out of memory and bad pointers --------------------------------------------------------------------------
     def _largest_cached_block(self) -> int:
-        return max((k[1] for pool in (self._small, self._large) for k in pool.blocks), default=0)
+        return max(self._small.largest_free_size(), self._large.largest_free_size())
 
     def _out_of_memory(self, orig_size: int, size: int, alloc_size: int, stream: int) -> OutOfMemoryError:
         device_free, total = self.device.mem_get_info()
         self.stats.num_ooms += 1
         if self._trace is not None:
-            self._record("oom", device_free, size, stream)
+            self._record("oom", device_free, size, stream, self._context())
         allocated = self.stats.current("allocated_bytes")
         reserved = self.stats.current("reserved_bytes")
         device_room = device_free
@@ -794,8 +824,22 @@ class CachingAllocator:
             reserved=reserved,
             largest_free_block=max(self._largest_cached_block(), device_room),
             expandable_segments=self._expandable,
+            process_info=self._process_info(),
         )
         return OutOfMemoryError(report)
+
+    def _process_info(self) -> str:
+        """reportProcessMemoryInfo: one sentence per process using the device, from a device that can list them
+        (NVML on a real GPU: device.process_memory_info() -> [(pid, bytes)]); "" otherwise, as without NVML."""
+        lister = getattr(self.device, "process_memory_info", None)
+        if lister is None:
+            return ""
+        me = os.getpid()
+        return "".join(
+            ("Including non-PyTorch memory, this process" if pid == me else f"Process {pid}")
+            + f" has {format_size(used)} memory in use. "
+            for pid, used in lister()
+        )
 
     def _invalid_pointer(self, what: str, ptr: int) -> InvalidPointerError:
         """Say what the pointer is: freed already, inside a live block, or not ours at all."""
@@ -816,22 +860,35 @@ class CachingAllocator:
 
     # -- limits --------------------------------------------------------------------------------------------------
     def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """Cap RESERVED memory at fraction x total (torch.cuda.set_per_process_memory_fraction).
+        """Cap RESERVED memory at fraction x total (torch.cuda.set_per_process_memory_fraction, PyTorch 2.13).
 
-        As in PyTorch up to 2.8, any fraction, 1.0 included, sets the limit and so enables
-        garbage_collection_threshold; the newest releases treat 1.0 as "no limit"."""
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"invalid fraction {fraction!r}: set a float within [0, 1]")
+        The fraction must be a float (an int such as 1 raises TypeError, as torch/cuda/memory.py checks) within
+        [0, 1]. A fraction under 1.0 sets the limit, and only then does garbage_collection_threshold act; 1.0
+        means "no limit" and switches it off again (DeviceCachingAllocator::setMemoryFraction sets
+        allowed_memory_maximum only for fraction < 1.0)."""
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         with self._lock:
-            _, total = self.device.mem_get_info()
-            self._allowed = int(fraction * total)
-            self._set_fraction = True
+            self._set_memory_fraction(fraction)
+
+    def get_per_process_memory_fraction(self) -> float:
+        """torch.cuda.get_per_process_memory_fraction: allowed / total, or 1.0 when no limit is set."""
+        with self._lock:
+            return self._allowed / self.device.total_memory if self._set_fraction else 1.0
+
+    def _set_memory_fraction(self, fraction: float) -> None:
+        self._set_fraction = fraction < 1.0
+        # device_prop.totalGlobalMem is the device's whole memory, whatever is in use
+        self._allowed = int(fraction * self.device.total_memory) if self._set_fraction else 0
 
     # -- statistics ----------------------------------------------------------------------------------------------
     def memory_stats(self) -> dict[str, int]:
         """Every key of torch.cuda.memory_stats(), with the same meaning."""
         with self._lock:
-            return self.stats.as_dict(-1 if self._max_split == SIZE_MAX else self._max_split)
+            # stats.max_split_size is set once, in the DeviceCachingAllocator constructor
+            return self.stats.as_dict(self._stats_max_split)
 
     def memory_allocated(self) -> int:
         return self.stats.current("allocated_bytes")
@@ -868,56 +925,98 @@ class CachingAllocator:
     def buffer(self, nbytes: int, stream: int = 0) -> Buffer:
         """A block of nbytes behind a handle (compaction.Buffer): its address, buf.ptr, is looked up at each use,
         so defragment() may move it. Free it with buf.free()."""
-        from .compaction import Buffer
-
         return Buffer(self, nbytes, stream)
 
     def defragment(self, release_empty: bool = False) -> DefragmentReport:
         """Move Buffer blocks toward the start of their segments so each segment's free space becomes one piece;
         a report (compaction.DefragmentReport) says what moved. See compaction.defragment."""
-        from .compaction import defragment
-
         with self._lock:
             return defragment(self, release_empty)
 
     # -- history and snapshots -----------------------------------------------------------------------------------
     def record_memory_history(
-        self, enabled: bool | str | None = True, max_entries: int = DEFAULT_TRACE_ENTRIES, stacks: bool = False
+        self,
+        enabled: bool | str | None = "all",
+        max_entries: int = DEFAULT_TRACE_ENTRIES,
+        stacks: bool = False,
+        clear_history: bool = False,
     ) -> None:
-        """Turn the trace ring buffer on or off (torch.cuda.memory._record_memory_history).
+        """Turn the trace ring buffer on or off (torch.cuda.memory._record_memory_history, PyTorch 2.13).
 
-        enabled: True or "all" records, False or None stops and clears. max_entries bounds the ring buffer.
-        stacks: also keep each allocation's Python stack as snapshot frames (slower).
+        Nothing is recorded until this is called: call it before the run you want to read. enabled: "all",
+        "state" or True records, None or False stops and clears. max_entries bounds the ring buffer (default
+        unlimited, as PyTorch's sys.maxsize); the oldest entries go first. stacks: also keep each allocation's
+        Python stack as the entries' and blocks' frames (slower); without it trace entries have no "frames" key,
+        as PyTorch's have none when no context is recorded. clear_history: drop what was recorded so far.
         """
         if enabled not in (True, False, None, "all", "state"):
-            raise ValueError(f"enabled must be True, False, None, 'all' or 'state', got {enabled!r}")
+            raise ValueError(f"enabled must be 'all', 'state', None, True or False, got {enabled!r}")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be a positive int, got {max_entries!r}")
         with self._lock:
             on = enabled not in (False, None)
             if not on:
-                self._trace = None
+                self._trace = None  # recordHistory(false) clears the buffer
+                self._annotations = []
             else:
-                old = self._trace or ()
+                old = () if self._trace is None or clear_history else self._trace
                 self._trace = deque(old, maxlen=max_entries)
+                if clear_history:
+                    self._annotations = []
             self._record_stacks = on and stacks
+
+    def set_memory_metadata(self, metadata: str) -> None:
+        """The user_metadata written into every trace entry from now on ("" clears it), as
+        torch.cuda.memory._set_memory_metadata; entries carry "" when none is set."""
+        if not isinstance(metadata, str):
+            raise TypeError(f"metadata must be a string, got {type(metadata).__name__}")
+        with self._lock:
+            self._trace_note = metadata
+
+    def get_memory_metadata(self) -> str:
+        """torch.cuda.memory._get_memory_metadata: the user_metadata being written."""
+        return self._trace_note
+
+    def _context(self) -> list[dict] | None:
+        """The stack PyTorch attaches to segment and oom entries (the malloc's or free's context) when stacks are
+        recorded; None otherwise. Not on the per-block hot path: segments come and go rarely."""
+        return _python_frames() if self._record_stacks else None
 
     def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
         self._trace.append((action, addr, size, stream, time.time_ns() // 1000, frames, self._trace_note))  # type: ignore[union-attr]
 
     @staticmethod
     def _trace_entry(t: tuple) -> dict:
+        """One entry as PyTorch writes it (torch/csrc/cuda/memory_snapshot.cpp): these keys in this order, the
+        address named device_free in oom entries, frames only when a stack was recorded."""
         action, addr, size, stream, time_us, frames, note = t
-        # PyTorch names the address field device_free in OOM entries
-        return {"action": action, "device_free" if action == "oom" else "addr": addr, "size": size,
-                "stream": stream, "time_us": time_us, "frames": list(frames or ()), "compile_context": "N/A",
-                "user_metadata": note}
+        entry = {"action": action, "device_free" if action == "oom" else "addr": addr, "size": size,
+                 "stream": stream, "time_us": time_us, "compile_context": "N/A", "user_metadata": note}
+        if frames:
+            entry["frames"] = list(frames)
+        return entry
+
+    def _last_trace_us(self) -> int:
+        return self._trace[-1][4] if self._trace else 0
+
+    @staticmethod
+    def _clock_past(t: int) -> int:
+        """The microsecond clock once it reads later than t (at most a microsecond's wait), so that an
+        annotation never shares its time with a trace entry written before or after it."""
+        now = time.time_ns() // 1000
+        while now <= t:
+            now = time.time_ns() // 1000
+        return now
+
+    def _annotate(self, name: str, stage: str, time_us: int) -> None:
+        """An external annotation, in the form PyTorch's record_function annotations take in a snapshot."""
+        self._annotations.append({"name": name, "stage": stage, "device": getattr(self.device, "index", 0),
+                                  "time_us": time_us})
 
     def _all_blocks(self) -> Iterator[Block]:
         """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
-        for pool in (self._small, self._large):
-            for key in pool.blocks:
-                yield key[3]
+        yield from self._small.free_blocks()
+        yield from self._large.free_blocks()
         yield from self._active.values()
 
     def snapshot(self) -> dict:
@@ -952,15 +1051,154 @@ class CachingAllocator:
                 total_active += seg["active_size"]
                 segments.append(seg)
             segments.sort(key=lambda s: s["address"])
+            # PyTorch gathers the traces first and then records the 'snapshot' entry (NativeCachingAllocator::
+            # snapshot calls trace() before DeviceCachingAllocator::snapshot): it shows in the NEXT snapshot.
+            traces = [self._trace_entry(t) for t in (self._trace or ())]
             if self._trace is not None:
                 self._record("snapshot", 0, total_active, 0)
-            traces = [self._trace_entry(t) for t in (self._trace or ())]
             return {
                 "segments": segments,
                 "device_traces": [traces],
                 "allocator_settings": self.config.settings_dict(),
-                "external_annotations": [],
+                "external_annotations": [dict(a) for a in self._annotations],
             }
+
+    # -- state restore (minialloc.replay): a recorded run's segments, rebuilt at their recorded addresses --------
+    # BEGIN state restore. Owned by the replay work (issue 13); nothing else calls these methods.
+    def restore_segments(self, segments: list[dict]) -> None:
+        """Rebuild segments and blocks given in the snapshot schema (see snapshot.py) at their own addresses.
+
+        PyTorch has no such call: a replay needs it because a real trace starts mid-run, over segments that
+        existed before its first entry (minialloc.replay.state_at_trace_start rebuilds them). The allocator must
+        be empty, and the device must place memory where it is told (SimulatedGPU.place_next; a real driver
+        picks its own addresses, so it is refused). 'active_pending_free' blocks come back free: the events they
+        waited on are not in a snapshot. Peak statistics start at the restored state.
+        """
+        if not getattr(self.device, "supports_placement", False):
+            raise TypeError(f"{type(self.device).__name__} chooses its own addresses: a recorded state can only "
+                            "be rebuilt on a SimulatedGPU")
+        with self._lock:
+            if self._total_reserved or self._active or self._expandable_segments:
+                raise ValueError("restore_segments needs an allocator that holds no memory yet")
+            ordinary = [s for s in segments if not s.get("is_expandable")]
+            for seg in sorted(ordinary, key=lambda s: s["address"]):
+                self._restore_ordinary(seg)
+            ranges: dict[tuple[int, bool], list[dict]] = {}
+            for seg in segments:
+                if seg.get("is_expandable"):
+                    ranges.setdefault((seg["stream"], seg.get("segment_type") == "small"), []).append(seg)
+            for (stream, small), group in sorted(ranges.items()):
+                self._restore_expandable(stream, small, sorted(group, key=lambda s: s["address"]))
+            self.stats.reset_peak()
+
+    def _restore_blocks(self, seg: dict, pool: BlockPool, segment: ExpandableSegment | None,
+                        prev: Block | None) -> Block | None:
+        """Blocks of one segment (or one mapped range), spliced after prev; returns the last one."""
+        stream, small = seg["stream"], pool.is_small
+        end = seg["address"]
+        split = segment is None and len(seg["blocks"]) > 1
+        for info in seg["blocks"]:
+            address = info.get("address", end)
+            if address != end:
+                raise ValueError(f"segment {seg['address']:#x}: block at {address:#x}, expected {end:#x}")
+            b = Block(address, info["size"], stream, pool)
+            b.segment = segment
+            b.splice(prev, None)
+            if info["state"] == "active_allocated":
+                b.allocated = True
+                b.requested_size = info.get("requested_size", info["size"])
+                b.frames = list(info.get("frames", ()))
+                self._active[address] = b
+                self.stats.block_allocated(small, b.size, b.requested_size)
+                if b.size >= self._max_split:
+                    self.stats.oversize_allocations.increase(1)
+            else:
+                if prev is not None and prev.mapped and not prev.allocated:
+                    raise ValueError(f"segment {seg['address']:#x}: free blocks at {prev.ptr:#x} and {address:#x} "
+                                     "are neighbours; a consistent state has them merged")
+                pool.insert(b)
+                if split:
+                    self.stats.increase("inactive_split", small, 1)
+                    self.stats.increase("inactive_split_bytes", small, b.size)
+            prev, end = b, address + b.size
+        if end != seg["address"] + seg["total_size"]:
+            raise ValueError(f"segment {seg['address']:#x}: blocks end at {end:#x}, total_size says "
+                             f"{seg['address'] + seg['total_size']:#x}")
+        self._total_reserved += seg["total_size"]
+        self.stats.increase("reserved_bytes", small, seg["total_size"])
+        return prev
+
+    def _restore_ordinary(self, seg: dict) -> None:
+        small = seg.get("segment_type") == "small"
+        pool = self._small if small else self._large
+        self.device.place_next(seg["address"])
+        try:
+            self.device.malloc(seg["total_size"])
+        except DeviceOutOfMemory:
+            raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot hold "
+                             f"the segment at {seg['address']:#x}") from None
+        self._restore_blocks(seg, pool, None, None)
+        self.stats.increase("segment", small, 1)
+        if seg["total_size"] >= self._max_split:
+            self.stats.oversize_segments.increase(1)
+
+    def _restore_expandable(self, stream: int, small: bool, ranges: list[dict]) -> None:
+        """Expandable segments holding `ranges` (mapped ranges of one stream and pool, by address): each
+        reservation starts at the lowest range not in the one before (PyTorch maps from the start of a range
+        up), with its pages mapped under the ranges and unmapped blocks in the gaps."""
+        group: list[dict] = []
+        for seg in ranges:
+            if group and seg["address"] + seg["total_size"] > group[0]["address"] + self._reservation_size(small):
+                self._restore_reservation(stream, small, group)
+                group = []
+            group.append(seg)
+        if group:
+            self._restore_reservation(stream, small, group)
+
+    def _reservation_size(self, small: bool) -> int:
+        page = K_SMALL_BUFFER if small else self._large_segment_size
+        total = self.device.total_memory
+        return -(-(total + total // 8) // page) * page  # as ExpandableSegment reserves
+
+    def _restore_reservation(self, stream: int, small: bool, ranges: list[dict]) -> None:
+        pool = self._small if small else self._large
+        self.device.place_next_reservation(ranges[0]["address"])
+        segment = ExpandableSegment(self.device, stream, K_SMALL_BUFFER if small else self._large_segment_size)
+        self._expandable_segments.append(segment)
+        prev: Block | None = None
+        end = segment.ptr
+
+        def hole(ptr: int, size: int, before: Block | None) -> Block:
+            b = Block(ptr, size, stream, pool)
+            b.mapped, b.segment = False, segment
+            b.splice(before, None)
+            pool.insert_unmapped(b)
+            return b
+
+        for seg in ranges:
+            if seg["address"] + seg["total_size"] > segment.ptr + segment.size:
+                raise ValueError(f"expandable range {seg['address']:#x}+{seg['total_size']} does not fit in a "
+                                 f"{segment.size}-byte reservation: give the device more capacity")
+            if segment.map(seg["address"], seg["total_size"]) != seg["total_size"]:
+                raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot map "
+                                 f"{seg['total_size']} bytes at {seg['address']:#x}")
+            if seg["address"] > end:
+                prev = hole(end, seg["address"] - end, prev)
+            prev = self._restore_blocks(seg, pool, segment, prev)
+            end = seg["address"] + seg["total_size"]
+        if end < segment.ptr + segment.size:
+            hole(end, segment.ptr + segment.size - end, prev)
+    def release_cached_segment(self, ptr: int) -> bool:
+        """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A
+        replay following a recorded run releases exactly the segments the run released."""
+        with self._lock:
+            for pool in (self._large, self._small):
+                for b in pool.free_blocks():
+                    if b.ptr == ptr and b.segment is None and not b.is_split():
+                        self._release_block(b)
+                        return True
+            return False
+    # END state restore
 
     # -- introspection for tests and the course -------------------------------------------------------------------
     @property
@@ -970,25 +1208,24 @@ class CachingAllocator:
     def check_invariants(self) -> None:
         """Assert the allocator's bookkeeping agrees with itself and with the device (used by the tests)."""
         with self._lock:
-            _check_invariants(self)
+            _check_allocator_invariants(self)
 
 
-def _check_invariants(a: CachingAllocator) -> None:
+def _check_allocator_invariants(a: CachingAllocator) -> None:
     heads: list[Block] = []
     seen: set[int] = set()
     for pool in (a._small, a._large):
         for key in pool.blocks:
-            b = key[3]
+            _stream, _size, _ptr, b = key
             assert b.mapped and not b.allocated and b.pool is pool and key == b.key, f"bad pool entry {b}"
-        for key in pool.unmapped:
-            b = key[2]
+        for b in pool.unmapped_blocks():
             assert not b.mapped and b.segment is not None and b.pool is pool, f"bad unmapped entry {b}"
             seen.add(id(b))
     every = list(a._all_blocks())
     for b in every:
         seen.add(id(b))
     starts = [b for b in every if b.prev is None]
-    starts += [k[2] for pool in (a._small, a._large) for k in pool.unmapped if k[2].prev is None]
+    starts += [b for pool in (a._small, a._large) for b in pool.unmapped_blocks() if b.prev is None]
     for head in starts:
         heads.append(head)
     reserved = allocated = active = active_bytes = requested = 0

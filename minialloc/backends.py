@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import os
 
-from .cuda_device import CudaGPU, cuda_unavailable_reason
-from .device import SimulatedGPU
+from .devices.cuda import CudaGPU, cuda_unavailable_reason
+from .devices.simulated import SimulatedGPU
 
 ENV_VAR = "MINIALLOC_DEVICE"
 DEFAULT_CAPACITY = "8GiB"
 
 
 def default_device(capacity: int | str | None = None) -> CudaGPU | SimulatedGPU:
-    """CudaGPU when a GPU is present (or MINIALLOC_DEVICE=cuda), else SimulatedGPU(capacity or 8 GiB)."""
+    """CudaGPU when a GPU is present (or MINIALLOC_DEVICE=cuda), else SimulatedGPU(capacity or 8 GiB).
+
+    Without a capacity the two differ in size: CudaGPU takes the whole card (its total memory as the driver reports
+    it), while the simulator is an 8 GiB card, the size the course's scenarios are written for. Pass a capacity
+    (e.g. "8GiB") to make a real GPU behave like the course's card: allocations past it fail as on a full card.
+    """
     choice = os.environ.get(ENV_VAR, "").strip().lower()
     if choice not in ("", "sim", "cuda"):
         raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not understood: set it to 'sim' or 'cuda', "

@@ -1,18 +1,38 @@
-"""The `minialloc` command: demo, replay, plot, serve-sim."""
+"""The `minialloc` command: one parser, five subcommands (demo, replay, diagnose, plot, serve-sim).
+
+Exit codes, the same for every subcommand: 0 the answer was printed; 1 the run failed (`replay` found an OOM
+under every config tried, `replay --check` found an allocation away from its recorded address, a demo did not
+show what it shows, or an optional dependency the options need is missing); 2 bad usage or input (argparse's
+own errors, and an unreadable or corrupt file, which gets one line naming what is wrong).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
 
 from .allocator import CachingAllocator
 from .device import SimulatedGPU
 from .oom import OutOfMemoryError
-from .replay import TraceError, read_trace, replay, what_if
+from .replay import (
+    ReplayResult,
+    check_trace,
+    open_device_traces,
+    read_trace,
+    replay,
+    verdict,
+    what_if,
+    what_if_trace,
+)
 from .sizes import format_size, parse_size
+from .trace import DeviceTrace, TraceError, recorded_config
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
+
+DEFAULT_WHAT_IF = ["", "expandable_segments:True", "max_split_size_mb:256"]
 
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
@@ -33,6 +53,7 @@ def run_demo(plot_dir: str | None = None, out=None) -> int:
     p("1. Native allocator (PyTorch's default policy)")
     native_gpu = SimulatedGPU(CANONICAL_CAPACITY)
     native = CachingAllocator(native_gpu, "")
+    native.record_memory_history()  # off until asked, as in PyTorch: the plots and the trace below read it
     replay(events[:failing], native)
     grad = events[failing]
     try:
@@ -42,7 +63,7 @@ def run_demo(plot_dir: str | None = None, out=None) -> int:
     except OutOfMemoryError as e:
         report = e.report
         p(f"   malloc({format_size(grad.size)}) raised OutOfMemoryError:\n")
-        p("   " + str(e).replace(". ", ".\n   "))
+        p("\n".join("   " + line.strip() for line in str(e).replace(". ", ".\n").split("\n") if line.strip()))
     pieces = [b for s in native.snapshot()["segments"] for b in s["blocks"] if b["state"] == "inactive"]
     p("\n   Free memory, added up:")
     p(f"     device free (mem_get_info)         {format_size(report.device_free):>12}")
@@ -64,6 +85,7 @@ def run_demo(plot_dir: str | None = None, out=None) -> int:
     p("2. The same trace with expandable_segments:True")
     exp_gpu = SimulatedGPU(CANONICAL_CAPACITY)
     exp = CachingAllocator(exp_gpu, "expandable_segments:True")
+    exp.record_memory_history()
     exp_result = replay(events, exp)
     trace = exp.snapshot()["device_traces"][0]
     last_unmap = max((i for i, e in enumerate(trace) if e["action"] == "segment_unmap"), default=len(trace))
@@ -97,68 +119,260 @@ def run_demo(plot_dir: str | None = None, out=None) -> int:
             from .viz import save_demo_plots
         except ImportError:
             p("\n--plot: plots are not available (minialloc.viz needs matplotlib: pip install 'minialloc[course]')")
-            return 0
+            return 1
         paths = save_demo_plots(native, exp, plot_dir)
         p(f"\nPlots written: {', '.join(str(x) for x in paths)}")
     return 0
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    """minialloc replay FILE: exit 0 with an answer, 1 when no setting avoids an OOM (or --check finds an
+    allocation away from its recorded address), 2 for bad usage or an unreadable file."""
     try:
-        events = read_trace(args.file)
-        capacity = parse_size(args.capacity)
+        capacity = parse_size(args.capacity) if args.capacity else None
+        if _is_rmm_or_events(args.file):
+            return _replay_events(args, capacity)
+        snap, traces = open_device_traces(args.file, args.device, args.from_empty)
     except (TraceError, ValueError, OSError) as e:
-        print(f"minialloc replay: {e}", file=sys.stderr)
+        print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
         return 2
-    configs = args.conf or ["", "expandable_segments:True"]
+    recorded = recorded_config(snap)
+    progress = not args.json
     try:
-        results = what_if(events, capacity, configs, source=args.file, progress=not args.json and len(events) > 50_000)
+        if args.check:
+            if args.from_empty:
+                print("minialloc replay: --check compares addresses from the rebuilt state; drop --from-empty",
+                      file=sys.stderr)
+                return 2
+            checks = [check_trace(t, recorded, progress=progress) for t in traces]
+            if args.json:
+                print(json.dumps({"file": args.file, "config": recorded, "devices": [asdict(c) | {"ok": c.ok}
+                                                                                    for c in checks]}, indent=2))
+            else:
+                print(f"{args.file}: replayed under the recorded settings ({recorded or 'native'}) from the state "
+                      "at the first trace entry")
+                for c in checks:
+                    print(c.summary())
+            return 0 if all(c.ok for c in checks) else 1
+        reports = []
+        for t in traces:
+            cap, source = capacity, "--capacity"
+            if cap is None and t.capacity_at_oom() is not None:
+                cap, source = t.capacity_at_oom(), f"the oom at trace entry {t.oom_entries[0]}: reserved + device_free"
+            rows = what_if_trace(t, recorded, args.conf or DEFAULT_WHAT_IF, cap, fit=not args.no_fit,
+                                 progress=progress)
+            reports.append((t, cap, source, rows, verdict(rows, cap, t.reserved_at_start)))
     except (TraceError, ValueError) as e:
-        print(f"minialloc replay: {e}", file=sys.stderr)
+        print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"file": args.file, "capacity": capacity, "events": len(events),
+        print(json.dumps({"file": args.file, "recorded_config": recorded, "from_empty": args.from_empty, "devices": [
+            {"device": t.device, "capacity": cap, "capacity_source": source if cap else None,
+             "trace_entries": len(t.entries), "reserved_at_first_entry": t.reserved_at_start,
+             "recorded_peak_reserved": t.recorded_peak_reserved, "verdict": v,
+             "results": [r.as_dict() for r in rows]} for t, cap, source, rows, v in reports]}, indent=2))
+    else:
+        for t, cap, source, rows, v in reports:
+            _print_device_table(args.file, t, cap, source, rows, v, args.from_empty)
+    return 1 if any(all(r.failed for r in rows) for _, _, _, rows, _ in reports) else 0
+
+
+def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str, rows: list[ReplayResult],
+                        v: str, from_empty: bool) -> None:
+    start = "an empty GPU (--from-empty)" if from_empty else (
+        f"the state at the first trace entry ({format_size(t.reserved_at_start)} reserved, "
+        f"{len(t.live_at_start)} live blocks)")
+    budget = f"capacity {format_size(cap)} (from {source})" if cap else "no capacity limit"
+    print(f"{path}, device {t.device}: {len(t.entries)} trace entries replayed from {start}; {budget}")
+    print(f"recorded peak reserved {format_size(t.recorded_peak_reserved)}\n")
+    widths = (36, 12, 12, 6, 12, 12)
+    print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
+    for r in rows:
+        fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
+        print(_row((r.label, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
+                    "-" if r.fits_on is None else format_size(r.fits_on)), widths))
+    for r in rows:
+        if r.first_failure_entry is not None:
+            where = f" from {'; '.join(r.first_failure_frames)}" if r.first_failure_frames else ""
+            print(f"\n{r.label}: trace entry {r.first_failure_entry} asked for "
+                  f"{format_size(r.first_failure_size)}{where} with {format_size(r.live_at_failure)} live and "
+                  f"{format_size(r.reserved_at_failure)} reserved")
+    if from_empty and rows and rows[0].skipped_frees:
+        print(f"\n{rows[0].skipped_frees} frees of blocks allocated before the trace began were skipped: these "
+              "figures leave out what the run held then (drop --from-empty)")
+    print(f"\nverdict: {v}\n")
+
+
+def _is_rmm_or_events(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(1) != b"\x80"  # not a pickle: an RMM CSV log (read_trace says if it is neither)
+
+
+def _replay_events(args: argparse.Namespace, capacity: int | None) -> int:
+    """An RMM log: no state to rebuild, no recorded settings, one device."""
+    events = read_trace(args.file)
+    cap = capacity or parse_size("8GiB")
+    results = what_if(events, cap, args.conf or ["", "expandable_segments:True"], source=args.file,
+                      progress=not args.json and len(events) > 50_000)
+    if args.json:
+        print(json.dumps({"file": args.file, "capacity": cap, "events": len(events),
                           "results": [r.as_dict() for r in results]}, indent=2))
         return 0
-    print(f"{args.file}: {len(events)} events replayed on a simulated {format_size(capacity)} GPU\n")
+    print(f"{args.file}: {len(events)} events replayed on a simulated {format_size(cap)} GPU\n")
     widths = (44, 12, 12, 10, 6, 8, 14)
     print(_row(("config", "peak alloc", "peak reserv", "efficiency", "OOMs", "retries", "first failure"), widths))
     for r in results:
         print(_row((r.config, format_size(r.peak_allocated), format_size(r.peak_reserved), f"{r.efficiency:.3f}",
-                    str(r.ooms), str(r.retries), "-" if r.first_failure is None else f"event {r.first_failure}"),
+                    str(r.ooms), str(r.retries), "-" if r.first_failure is None else r.first_failure_label),
                    widths))
+    return 1 if results and all(r.ooms for r in results) else 0
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    """minialloc diagnose FILE: exit 0 with a report, 2 for bad usage or an unreadable file."""
+    from .diagnose import diagnose, save_diagnosis_plots
+
+    try:
+        capacity = parse_size(args.capacity) if args.capacity else None
+        snap, traces = open_device_traces(args.file, args.device)
+        reports = [diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
+                            replay_rows=not args.no_replay) for t in traces]
+        paths = []
+        if args.plot:
+            for t, d in zip(traces, reports, strict=True):
+                paths += save_diagnosis_plots(d, t, args.plot, recorded_config(snap))
+    except (TraceError, ValueError, OSError) as e:
+        print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except ImportError:
+        print("minialloc diagnose: --plot needs matplotlib: pip install 'minialloc[course]'", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"file": args.file, "devices": [d.as_dict() for d in reports],
+                          "plots": [str(p) for p in paths]}, indent=2))
+        return 0
+    print(f"{args.file}: recorded settings {recorded_config(snap) or 'native'}\n")
+    for d in reports:
+        print(d.text() + "\n")
+    if paths:
+        print("plots written: " + ", ".join(str(p) for p in paths))
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve-sim"]:  # its options belong to serving.main: hand them over whole
-        from .serving import main as serve_main
+def run_plot(args: argparse.Namespace) -> int:
+    """minialloc plot FILE: the segment map and timeline as PNG and SVG (and PyTorch's viewer with --html)."""
+    try:
+        from .viz import save_plots, write_trace_plot_html
+    except ImportError:
+        print("minialloc plot: needs matplotlib: pip install 'minialloc[course]'", file=sys.stderr)
+        return 1
+    try:
+        paths = save_plots(args.file, args.out_dir, device_free=args.device_free, max_rows=args.max_rows)
+        if args.html:
+            paths.append(write_trace_plot_html(args.file, Path(args.out_dir) / "trace.html"))
+    except (OSError, ValueError) as e:  # SnapshotError and VizInputError are ValueErrors: the file is at fault
+        print(f"minialloc plot: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # --html without torch: the run could not be done here
+        print(f"minialloc plot: {_one_line(e)}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0
 
-        return serve_main(argv[1:])
+
+def run_serve_sim(args: argparse.Namespace) -> int:
+    """minialloc serve-sim: contiguous vs paged KV cache on one seeded serving trace."""
+    from .serving import format_table, serve_sim
+
+    result = serve_sim(args.workload, args.requests, args.seed, preemption=args.preemption,
+                       sharing_requests=args.sharing_requests)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree; each subcommand's parser carries its handler as the `run` default."""
+    from .serving import REQUEST_WORKLOADS  # numpy only: cheap, and it keeps the choices in one place
+
     parser = argparse.ArgumentParser(prog="minialloc", description="PyTorch's caching allocator, on a simulated GPU.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help='the "5 GB free, can\'t allocate 2 GB" failure, and its fix')
-    demo.add_argument("--plot", metavar="DIR", help="also write the demo's pictures to DIR")
-    rep = sub.add_parser("replay", help="replay a trace under other configs: would they have saved the run?")
-    rep.add_argument("file", help="a snapshot pickle (PyTorch's or minialloc's) or an RMM CSV log")
-    rep.add_argument("--capacity", default="8GiB", help="simulated GPU size (default 8GiB)")
-    rep.add_argument("--conf", action="append", help="a config to try, e.g. expandable_segments:True; repeat it")
-    rep.add_argument("--json", action="store_true", help="machine-readable output")
-    plot = sub.add_parser("plot", help="draw a snapshot's segment map and timeline as PNG and SVG")
-    plot.add_argument("file")
-    plot.add_argument("-o", "--out", required=True, metavar="DIR")
-    sub.add_parser("serve-sim", help="contiguous vs paged KV cache on the same serving trace (see serve-sim --help)")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return run_demo(args.plot)
-    if args.command == "replay":
-        return run_replay(args)
-    if args.command == "plot":
-        from .viz import plot_main
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-        return plot_main([args.file, "-o", args.out])
-    return 2
+    def command(name: str, run: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(run=run)
+        return p
+
+    demo = command("demo", lambda a: run_demo(a.plot), 'the "5 GB free, can\'t allocate 2 GB" failure, and its fix')
+    demo.add_argument("--plot", metavar="DIR", help="also write the demo's pictures to DIR")
+
+    rep = command("replay", run_replay, "replay a trace under other configs: would they have saved the run?")
+    rep.add_argument("file", help="a snapshot pickle (PyTorch's or minialloc's) or an RMM CSV log")
+    rep.add_argument("--capacity", help="simulated GPU size, e.g. 80GiB (default: from the trace's oom entry, "
+                     "else no limit; 8GiB for an RMM log)")
+    rep.add_argument("--conf", action="append", help="a config to try, e.g. expandable_segments:True; repeat it "
+                     "(default: native, expandable_segments:True, max_split_size_mb:256)")
+    rep.add_argument("--device", type=int, help="only this device (default: every device in the file)")
+    rep.add_argument("--from-empty", action="store_true", help="replay from an empty GPU, not from the state at "
+                     "the first trace entry")
+    rep.add_argument("--check", action="store_true", help="replay under the recorded settings and compare every "
+                     "allocation's address with the recorded one")
+    rep.add_argument("--no-fit", action="store_true", help="skip the search for the smallest device each fits on")
+    rep.add_argument("--json", action="store_true", help="machine-readable output")
+
+    dia = command("diagnose", run_diagnose, "after an OOM: who holds the memory, what is pinned, what would help")
+    dia.add_argument("file", help="a snapshot pickle with a trace (torch.cuda.memory._dump_snapshot)")
+    dia.add_argument("--device", type=int, help="only this device (default: every device in the file)")
+    dia.add_argument("--at", type=int, metavar="ENTRY", help="the state before this trace entry (default: the "
+                     "first failure, else the peak of reserved memory)")
+    dia.add_argument("--capacity", help="simulated GPU size (default: from the trace's oom entry, else no limit)")
+    dia.add_argument("--conf", action="append", help="configs for the verdict's replay; repeat it")
+    dia.add_argument("--no-replay", action="store_true", help="skip the what-if replay and its verdict")
+    dia.add_argument("--plot", metavar="DIR", help="also write the segment map and timeline at that moment")
+    dia.add_argument("--json", action="store_true", help="machine-readable output")
+
+    plot = command("plot", run_plot, "draw a snapshot's segment map and timeline as PNG and SVG")
+    plot.add_argument("file", help="a snapshot pickle (torch.cuda.memory._dump_snapshot or minialloc's)")
+    plot.add_argument("-o", "--out-dir", default=".", metavar="DIR", help="where to write the pictures "
+                      "(default: here)")
+    plot.add_argument("--device-free", type=parse_size, metavar="SIZE",
+                      help="device free memory for the title, e.g. 3GiB (a snapshot does not record it)")
+    plot.add_argument("--max-rows", type=_positive_int, default=40, help="segment rows before the rest are summed")
+    plot.add_argument("--html", action="store_true",
+                      help="also write trace.html, PyTorch's interactive viewer (needs torch)")
+
+    sim = command("serve-sim", run_serve_sim, "contiguous vs paged KV cache on one serving trace (PagedAttention, "
+                  "Kwon et al. SOSP 2023): OPT-13B on a simulated A100-40GB")
+    sim.add_argument("--workload", choices=sorted(REQUEST_WORKLOADS), default="sharegpt")
+    sim.add_argument("--requests", type=_positive_int, default=1000, help="number of requests in the trace")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
+    sim.add_argument("--sharing-requests", type=_positive_int, default=None,
+                     help="requests for the sharing runs (default: a quarter of --requests)")
+    sim.add_argument("--json", action="store_true",
+                     help='print JSON instead of the table: {"paged": {...}, "contiguous": {...}, ...}, each with '
+                          "token_share and max_concurrent")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; returns the exit status (argparse's usage errors and --help included, not raised)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2): a status like any other
+        return e.code if isinstance(e.code, int) else 2
+    return args.run(args)
 
 
 if __name__ == "__main__":

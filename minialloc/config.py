@@ -1,24 +1,36 @@
-"""The allocator's settings, read from MINIALLOC_ALLOC_CONF with PYTORCH_CUDA_ALLOC_CONF's grammar.
+"""The allocator's settings, read from MINIALLOC_ALLOC_CONF with PYTORCH_CUDA_ALLOC_CONF's grammar (PyTorch 2.13).
 
-The parser mirrors PyTorch's CUDAAllocatorConfig::parseArgs and AcceleratorAllocatorConfig::parseArgs
-(c10/cuda/CUDAAllocatorConfig.cpp, c10/core/AllocatorConfig.cpp): comma-separated key:value pairs, whitespace
+The parser mirrors PyTorch 2.13's AcceleratorAllocatorConfig::parseArgs (c10/core/AllocatorConfig.cpp) and
+CUDAAllocatorConfig::parseArgs (c10/cuda/CUDAAllocatorConfig.cpp): comma-separated key:value pairs, whitespace
 ignored, booleans exactly True or False, e.g. "max_split_size_mb:128,expandable_segments:True". Where PyTorch
-silently misreads a value ("12abc" read as 12, "-1" wrapping round) minialloc raises ConfigError instead.
+silently misreads a value ("12abc" read as 12, "-1" wrapping round) minialloc raises ConfigError instead, and a
+string with an error changes nothing (PyTorch has applied the keys before the bad one by then).
 
 Keys:
   backend                        native (the only allocator minialloc models) or cudaMallocAsync (refused)
-  max_split_size_mb              blocks this large (MB, >= 20) or larger are never split; unset = no limit
-  max_non_split_rounding_mb      a cached block at most this much (MB, >= 20) bigger than a large request may
-                                 serve it unsplit; default 20
+  large_segment_size_mb          the segment for large requests under 10 MiB, and the large pool's expandable page
+                                 size (MB, > 10); default 20. It is also the minimum of the next two keys.
+  max_split_size_mb              blocks this large (MB, >= large_segment_size_mb) or larger are never split;
+                                 unset = no limit
+  max_non_split_rounding_mb      a cached block at most this much (MB, >= large_segment_size_mb) bigger than a
+                                 large request may serve it unsplit; default large_segment_size_mb
   garbage_collection_threshold   in (0, 1): free cached blocks when reserved memory passes this fraction of
                                  the memory fraction's limit; default 0 = off
   roundup_power2_divisions       round requests up to one of N steps between powers of two: one power of two
                                  for every size, or a list keyed by size in MB, e.g. [256:1,512:2,1024:4,>:8]
   expandable_segments            True: grow one segment per stream by mapping pages instead of new segments
+  per_process_memory_fraction    in [0, 1]: the limit set_per_process_memory_fraction sets, applied when the
+                                 allocator is created; default 1.0 = no limit
   release_lock_on_cudamalloc     True: drop the allocator lock around cudaMalloc (recorded, no effect here)
   pinned_use_cuda_host_register  True: pinned host memory via cudaHostRegister (recorded, no effect here)
   pinned_num_register_threads    threads for that registration, a power of two up to 128; default 1
   debug_guards                   minialloc's own key, not PyTorch's: True puts guard bytes after each block
+
+Changing settings at runtime (AllocatorConfig.updated, as torch._C._accelerator_setAllocatorSettings) parses the
+new string from PyTorch's defaults for max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions
+and garbage_collection_threshold (AcceleratorAllocatorConfig::parseArgs resets exactly these four); every other
+key keeps its value unless the string names it. The values and errors here were checked against PyTorch 2.13.0's
+own parser (torch._C._accelerator_setAllocatorSettings and AcceleratorAllocatorConfig's getters).
 """
 
 from __future__ import annotations
@@ -30,12 +42,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minialloc.sizes import MiB
+from minialloc.sizes import K_LARGE_BUFFER, MiB
 
 ENV_VAR = "MINIALLOC_ALLOC_CONF"
 NUM_DIVISION_CLASSES = 16  # kRoundUpPowerOfTwoIntervals: size classes 1 MiB, 2 MiB, ... 32 GiB and above
-MIN_SPLIT_SIZE_MB = 20  # kLargeBuffer / kMB: parseMaxSplitSize's lower bound (>= since PyTorch 2.9)
+MIN_SPLIT_SIZE_MB = K_LARGE_BUFFER // MiB  # the default large segment: the least max_split_size_mb (>= since 2.9)
+MIN_LARGE_SEGMENT_MB = 10  # parseLargeSegmentSize: large_segment_size_mb must be > 10 (kMinLargeAlloc / kMB)
 MAX_REGISTER_THREADS = 128  # CUDAAllocatorConfig::pinned_max_register_threads
+
+# AcceleratorAllocatorConfig::parseArgs starts every parse from these values (PyTorch 2.13); the other keys keep
+# whatever the previous parse left (checked with 2.13.0's own parser: expandable_segments and
+# large_segment_size_mb survive a later string that does not name them; the CUDA-side keys are never reset).
+_RESET_EACH_PARSE = ("max_split_size", "max_non_split_rounding", "garbage_collection_threshold",
+                     "roundup_power2_divisions")
 
 
 class ConfigError(ValueError):
@@ -61,7 +80,8 @@ class AllocatorConfig:
 
     backend: str = "native"
     max_split_size: int | None = None
-    max_non_split_rounding: int = 20 * MiB
+    # None means "the large segment size", PyTorch's default (max_non_split_rounding_size_ = large_segment_size)
+    max_non_split_rounding: int | None = None
     garbage_collection_threshold: float = 0.0
     roundup_power2_divisions: tuple[int, ...] = (0,) * NUM_DIVISION_CLASSES
     expandable_segments: bool = False
@@ -69,21 +89,34 @@ class AllocatorConfig:
     pinned_use_cuda_host_register: bool = False
     pinned_num_register_threads: int = 1
     debug_guards: bool = False
+    large_segment_size: int = K_LARGE_BUFFER
+    per_process_memory_fraction: float = 1.0
     text: str = ""
 
     def __post_init__(self) -> None:
         # Check here too, so with_changes() and direct construction cannot build what parse() would refuse.
         if self.backend != "native":
             _check_backend(self.backend)
-        if self.max_split_size is not None and self.max_split_size < MIN_SPLIT_SIZE_MB * MiB:
-            raise ConfigError(f"max_split_size must be None (no limit) or >= 20 MiB: {self.max_split_size}")
-        if self.max_non_split_rounding < MIN_SPLIT_SIZE_MB * MiB:
-            raise ConfigError(f"max_non_split_rounding must be >= 20 MiB, got {self.max_non_split_rounding}")
+        large = self.large_segment_size
+        if isinstance(large, bool) or not isinstance(large, int) or large <= MIN_LARGE_SEGMENT_MB * MiB:
+            raise ConfigError(f"large_segment_size must be an int number of bytes over 10 MiB, got {large!r}")
+        least = large // MiB * MiB  # PyTorch compares whole MB: max_split_size_mb >= large_segment_size / kMB
+        if self.max_split_size is not None and self.max_split_size < least:
+            raise ConfigError(f"max_split_size must be None (no limit) or >= {least // MiB} MiB: "
+                              f"{self.max_split_size}")
+        if self.max_non_split_rounding is None:
+            object.__setattr__(self, "max_non_split_rounding", large)
+        elif self.max_non_split_rounding < least:
+            raise ConfigError(f"max_non_split_rounding must be >= {least // MiB} MiB, "
+                              f"got {self.max_non_split_rounding}")
         if self.garbage_collection_threshold != 0 and not 0 < self.garbage_collection_threshold < 1:
             raise ConfigError(
                 f"garbage_collection_threshold must be 0 (off) or strictly between 0 and 1, "
                 f"got {self.garbage_collection_threshold}"
             )
+        fraction = self.per_process_memory_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise ConfigError(f"per_process_memory_fraction must be within [0, 1], got {fraction!r}")
         table = tuple(self.roundup_power2_divisions)
         if len(table) != NUM_DIVISION_CLASSES or any(d != 0 and not _is_power_of_two(d) for d in table):
             raise ConfigError(f"roundup_power2_divisions needs 16 entries, each 0 or a power of 2: {table}")
@@ -114,19 +147,25 @@ class AllocatorConfig:
         }
 
     def with_changes(self, **changes: Any) -> AllocatorConfig:
-        """A copy with some fields replaced (text is kept as it was)."""
+        """A copy with some fields replaced (text is kept as it was). A new large_segment_size moves a
+        max_non_split_rounding that was left at its default along with it."""
+        if "large_segment_size" in changes and "max_non_split_rounding" not in changes:
+            if self.max_non_split_rounding == self.large_segment_size:
+                changes["max_non_split_rounding"] = None
         return dataclasses.replace(self, **changes)
 
     def updated(self, text: str) -> AllocatorConfig:
-        """These settings with the keys named in `text` changed and the rest kept, as
-        torch.cuda.memory._set_allocator_settings does at runtime."""
-        parser = _Parser(text)
-        new_text = ",".join(t for t in (self.text, parser.values["text"]) if t)
-        parser.values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        parser.values["text"] = new_text
-        del parser.values["roundup_power2_divisions"]
-        parser.table = list(self.roundup_power2_divisions)
-        return parser.parse()
+        """The settings after torch._C._accelerator_setAllocatorSettings(text) (what
+        torch.cuda.memory._set_allocator_settings calls) on top of these ones.
+
+        As in PyTorch 2.13, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions and
+        garbage_collection_threshold start again from their defaults, so a key not named in `text` is unset;
+        every other setting keeps its value unless `text` names it. `text` becomes the config's text, as
+        PyTorch's last_allocator_settings (the snapshot's PYTORCH_CUDA_ALLOC_CONF) is the last string parsed.
+        """
+        kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in _RESET_EACH_PARSE and f.name != "text"}
+        return _Parser(text, kept).parse()
 
     @classmethod
     def parse(cls, text: str) -> AllocatorConfig:
@@ -174,17 +213,36 @@ def _read_bool(key: str, token: str, example: str) -> bool:
 
 
 def _read_mb(key: str, token: str, example: str) -> int:
+    """A size in MB, as bytes; its lower bound (the large segment size) is checked by the parser."""
+    return _read_uint(key, token, example) * MiB
+
+
+def _read_large_segment(key: str, token: str, example: str) -> int:
     mb = _read_uint(key, token, example)
-    if mb < MIN_SPLIT_SIZE_MB:  # parseMaxSplitSize / parseMaxNonSplitRoundingSize
-        raise _error(key, f"{mb} is too small, it must be >= {MIN_SPLIT_SIZE_MB} (MB)", example)
+    if mb <= MIN_LARGE_SEGMENT_MB:  # parseLargeSegmentSize; PyTorch 2.13's own words
+        raise _error(key, f"CachingAllocator option large_segment_size_mb must be > {MIN_LARGE_SEGMENT_MB} MB, "
+                          f"got {mb}", example)
     return mb * MiB
 
 
-def _read_threshold(key: str, token: str, example: str) -> float:
+def _decimal(key: str, token: str, example: str) -> float:
+    # std::stod would also read "0.5abc" as 0.5 and accept "nan"; minialloc wants the whole token to be a number
     if not re.fullmatch(r"(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", token):
         raise _error(key, f"'{token}' is not a decimal number", example)
-    value = float(token)
-    if not 0 < value < 1:  # parseGarbageCollectionThreshold
+    return float(token)
+
+
+def _read_fraction(key: str, token: str, example: str) -> float:
+    value = _decimal(key, token, example)
+    if not 0.0 <= value <= 1.0:  # CUDAAllocatorConfig::parsePerProcessMemoryFraction; PyTorch 2.13's own words
+        raise _error(key, f"per_process_memory_fraction is invalid, set it in [0.0, 1.0] (got {token})", example)
+    return value
+
+
+def _read_threshold(key: str, token: str, example: str) -> float:
+    value = _decimal(key, token, example)
+    # parseGarbageCollectionThreshold: "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"
+    if not 0 < value < 1:
         raise _error(key, f"{token} is out of range, set it strictly between 0.0 and 1.0", example)
     return value
 
@@ -201,6 +259,7 @@ Reader = Callable[[str, str, str], Any]
 # key -> (reader, an example value). roundup_power2_divisions has no reader here: _Parser.divisions reads it.
 _KEYS: dict[str, tuple[Reader | None, str]] = {
     "backend": (_read_backend, "native"),
+    "large_segment_size_mb": (_read_large_segment, "40"),
     "max_split_size_mb": (_read_mb, "128"),
     "max_non_split_rounding_mb": (_read_mb, "256"),
     "garbage_collection_threshold": (_read_threshold, "0.6"),
@@ -208,11 +267,15 @@ _KEYS: dict[str, tuple[Reader | None, str]] = {
     "expandable_segments": (_read_bool, "True"),
     "release_lock_on_cudamalloc": (_read_bool, "True"),
     "pinned_use_cuda_host_register": (_read_bool, "True"),
+    "per_process_memory_fraction": (_read_fraction, "0.8"),
     "pinned_num_register_threads": (_read_threads, "8"),
     "debug_guards": (_read_bool, "True"),
 }
 # The field is named as the key, except that sizes are kept in bytes, not MB.
-_FIELDS = {"max_split_size_mb": "max_split_size", "max_non_split_rounding_mb": "max_non_split_rounding"}
+_FIELDS = {"max_split_size_mb": "max_split_size", "max_non_split_rounding_mb": "max_non_split_rounding",
+           "large_segment_size_mb": "large_segment_size"}
+# Sizes whose least value is the large segment size (parseMaxSplitSize, parseMaxNonSplitRoundingSize)
+_AT_LEAST_LARGE_SEGMENT = ("max_split_size_mb", "max_non_split_rounding_mb")
 # PyTorch accepts the ROCm spellings too (CUDAAllocatorConfig::parseArgs), so minialloc does.
 _ALIASES = {
     "release_lock_on_hipmalloc": "release_lock_on_cudamalloc",
@@ -236,14 +299,23 @@ class _Parser:
     """One pass over the tokens, key by key, as CUDAAllocatorConfig::parseArgs walks them.
 
     A repeated key is applied again in order, as in PyTorch: the last scalar wins, and a second
-    roundup_power2_divisions list updates the table the first one left.
+    roundup_power2_divisions list updates the table the first one left. `kept` holds the settings a runtime
+    change does not reset (AllocatorConfig.updated); a fresh parse starts from the defaults.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, kept: dict[str, Any] | None = None) -> None:
         self.tokens = _tokenize(text)
         self.i = 0
-        self.values: dict[str, Any] = {"text": "".join(self.tokens)}
+        self.values: dict[str, Any] = dict(kept or {})
+        self.values["text"] = "".join(self.tokens)
         self.table = [0] * NUM_DIVISION_CLASSES
+        self.large_segment_size = self.values.get("large_segment_size", K_LARGE_BUFFER)
+        # PyTorch 2.13 takes large_segment_size_mb before the sizes whose least value it is: in
+        # "max_split_size_mb:30,large_segment_size_mb:40" the 30 is refused ("must be >= 40").
+        tokens = self.tokens
+        for j in range(len(tokens) - 2):
+            if tokens[j] == "large_segment_size_mb" and tokens[j + 1] == ":" and tokens[j + 2] not in _PUNCTUATION:
+                self.large_segment_size = _read_large_segment(tokens[j], tokens[j + 2], "large_segment_size_mb:40")
 
     def peek(self) -> str | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -290,7 +362,12 @@ class _Parser:
                 self.divisions(key, example)
             else:
                 token = self.value(key, example)
-                self.values[_FIELDS.get(key, key)] = reader(key, token, example)
+                value = reader(key, token, example)
+                least = self.large_segment_size // MiB
+                if key in _AT_LEAST_LARGE_SEGMENT and value < least * MiB:  # PyTorch 2.13's own words
+                    raise _error(key, f"CachingAllocator option {key} too small, must be >= {least} "
+                                      f"(got {value // MiB})", example)
+                self.values[_FIELDS.get(key, key)] = value
             if self.peek() is not None:  # a trailing comma is allowed, as in PyTorch
                 self.expect(key, ",", f"{example},expandable_segments:True")
         return AllocatorConfig(**self.values, roundup_power2_divisions=tuple(self.table))
@@ -302,7 +379,8 @@ class _Parser:
         A list [MB:N, ...]: each MB (a power of two) sets entry log2(MB), clamped to 15; the first such
         item also fills every entry below it; '>:N' fills every entry above the last MB item (from entry 1
         if there is none). Inside the list N may be 0 (no rounding). So [256:1,512:2,1024:4,>:8] gives
-        entries 0-8 = 1, 9 = 2, 10 = 4, 11-15 = 8.
+        entries 0-8 = 1, 9 = 2, 10 = 4, 11-15 = 8, as PyTorch 2.13 does (checked with its own parser); 2.9 and
+        earlier started '>' AT the last MB item's entry and so also overwrote it (entry 10 = 8 there).
         """
         token = self.value(key, example)
         if token != "[":

@@ -2,9 +2,9 @@
 
 Mirrors ExpandableSegment in c10/cuda/CUDACachingAllocator.cpp (Note [Expandable Segments]). A segment reserves
 address space for 1 1/8 of the device's memory, which costs nothing physical, and maps pages of `page_size`
-(2 MiB for the small pool, 20 MiB for the large pool) only where blocks need them. Because pages can be unmapped
-wherever they lie and mapped again at the end, free holes inside a partly used range go back to the device: the
-fragmentation that makes "5 GB free, can't allocate 2 GB" cannot build up.
+(2 MiB for the small pool; for the large pool large_segment_size_mb, 20 MiB by default) only where blocks need
+them. Because pages can be unmapped wherever they lie and mapped again at the end, free holes inside a partly used
+range go back to the device: the fragmentation that makes "5 GB free, can't allocate 2 GB" cannot build up.
 
 The allocator decides WHERE to map (allocator.py: find_expandable_block, map_block, unmap_block); this class
 only talks to the driver, one page-aligned range at a time.
@@ -12,11 +12,11 @@ only talks to the driver, one page-aligned range at a time.
 
 from __future__ import annotations
 
-from .device import DeviceOutOfMemory
+from .devices.base import Device, DeviceOutOfMemory
 
 
 class ExpandableSegment:
-    def __init__(self, device, stream: int, page_size: int) -> None:
+    def __init__(self, device: Device, stream: int, page_size: int) -> None:
         self.device = device
         self.stream = stream
         self.page_size = page_size

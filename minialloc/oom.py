@@ -1,18 +1,25 @@
-"""The out-of-memory error, worded as PyTorch words it, plus the two figures PyTorch leaves out.
+"""The out-of-memory error: PyTorch 2.13's message word for word, then minialloc's two figures on a line of their own.
 
-PyTorch's message (DeviceCachingAllocator::malloc in CUDACachingAllocator.cpp) reads:
+PyTorch's message (DeviceCachingAllocator::malloc in c10/cuda/CUDACachingAllocator.cpp) reads:
 
     CUDA out of memory. Tried to allocate {alloc_size}. GPU {d} has a total capacity of {total} of which
-    {device_free} is free. [Including non-PyTorch memory, this process has {in_use} memory in use. ]
-    [{allowed} allowed; ]Of the allocated memory {allocated} is allocated by PyTorch, and
-    {reserved - allocated} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large
-    try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.
+    {device_free} is free. {per-process lines}{allowed} allowed; Of the allocated memory {allocated} is allocated
+    by PyTorch, and {reserved - allocated} is reserved by PyTorch but unallocated. If reserved but unallocated
+    memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See
+    documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)
 
-"Tried to allocate" is the SEGMENT size the allocator asked the device for, not the request: a 3 MiB tensor
-reports 20.00 MiB. minialloc prints the same fields in the same format, says "minialloc" where PyTorch says
-"PyTorch", and adds the largest free block and a fragmentation figure, 1 - largest free / total free (the ratio
-TensorFlow's BFC allocator and RMM's arena report; asked for in pytorch#29554). The expandable-segments hint is
-printed only when it would help (PyTorch prints it even when the option is already on, pytorch#173049).
+(one line; the double spaces are PyTorch's). "Tried to allocate" is the SEGMENT size the allocator asked the device
+for, not the request: a 3 MiB tensor reports 20.00 MiB. "{allowed} allowed; " appears only while a memory fraction
+under 1.0 is set. The per-process lines ("Including non-PyTorch memory, this process has X memory in use. " and
+"Process N has X memory in use. " for the others) come from NVML (reportProcessMemoryInfo): a device that offers no
+such list, the simulated GPU among them, prints none, as PyTorch does without NVML. The expandable-segments hint is
+printed on every OOM, even when expandable segments are already on, exactly as PyTorch prints it. minialloc's
+memory is "PyTorch" memory in this text, so that the message can be compared with a real one character for
+character.
+
+Then, on a new line that says whose it is, minialloc adds what PyTorch leaves out: the largest free block and a
+fragmentation figure, 1 - largest free / total free (the ratio TensorFlow's BFC allocator and RMM's arena report;
+asked for in pytorch#29554).
 """
 
 from __future__ import annotations
@@ -20,6 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sizes import format_size
+
+# PyTorch 2.13's hint, word for word (with its two double spaces).
+EXPANDABLE_HINT = (
+    " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to"
+    " avoid fragmentation.  See documentation for Memory Management "
+    " (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+)
+MORE_THAN_1EB = "CUDA out of memory. Tried to allocate more than 1EB memory."  # NativeCachingAllocator::allocate
 
 
 @dataclass(frozen=True)
@@ -31,12 +46,14 @@ class OOMReport:
     device_index: int
     total_capacity: int
     device_free: int
-    process_in_use: int  # what the device says this process holds (all of it is minialloc's on the simulator)
-    allowed: int | None  # set_per_process_memory_fraction's limit, if any
+    process_in_use: int  # what the device says is in use (all of it is minialloc's on the simulator)
+    allowed: int | None  # set_per_process_memory_fraction's limit, if a fraction under 1.0 is set
     allocated: int
     reserved: int
     largest_free_block: int  # the largest block a request could get without new pages: cached or device
     expandable_segments: bool
+    # reportProcessMemoryInfo's sentences, each ending in ". " ("" without NVML, as on the simulated GPU)
+    process_info: str = ""
 
     @property
     def reserved_unallocated(self) -> int:
@@ -58,36 +75,37 @@ class OOMReport:
         """Expandable segments can reuse every wholly free page, so they help when the pieces add up."""
         return not self.expandable_segments and self.total_free >= self.alloc_size > self.largest_free_block
 
-    def message(self) -> str:
-        parts = [
+    def pytorch_message(self) -> str:
+        """The text PyTorch 2.13 would print for these numbers (one line)."""
+        allowed = f"{format_size(self.allowed)} allowed; " if self.allowed is not None else ""
+        return (
             f"CUDA out of memory. Tried to allocate {format_size(self.alloc_size)}. "
             f"GPU {self.device_index} has a total capacity of {format_size(self.total_capacity)} "
-            f"of which {format_size(self.device_free)} is free. "
-            f"Including non-minialloc memory, this process has {format_size(self.process_in_use)} memory in use. "
-        ]
-        if self.allowed is not None:
-            parts.append(f"{format_size(self.allowed)} allowed; ")
-        parts.append(
-            f"Of the allocated memory {format_size(self.allocated)} is allocated by minialloc, and "
-            f"{format_size(self.reserved_unallocated)} is reserved by minialloc but unallocated."
+            f"of which {format_size(self.device_free)} is free. {self.process_info}{allowed}"
+            f"Of the allocated memory {format_size(self.allocated)} is allocated by PyTorch, and "
+            f"{format_size(self.reserved_unallocated)} is reserved by PyTorch but unallocated.{EXPANDABLE_HINT}"
         )
-        parts.append(
-            f" The largest free block is {format_size(self.largest_free_block)} of "
+
+    def minialloc_line(self) -> str:
+        """minialloc's addition, on its own line."""
+        return (
+            f"minialloc: the largest free block is {format_size(self.largest_free_block)} of "
             f"{format_size(self.total_free)} free in all (fragmentation {self.fragmentation:.2f})."
         )
-        if self.expandable_would_help:
-            parts.append(
-                " If reserved but unallocated memory is large try setting"
-                " MINIALLOC_ALLOC_CONF=expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF in PyTorch)"
-                " to avoid fragmentation.  See documentation for Memory Management"
-                "  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
-            )
-        return "".join(parts)
+
+    def message(self) -> str:
+        return f"{self.pytorch_message()}\n{self.minialloc_line()}"
 
 
 class OutOfMemoryError(MemoryError):
-    """Raised by CachingAllocator.malloc when no block can be found or made; `.report` holds every figure."""
+    """Raised by CachingAllocator.malloc when no block can be found or made; `.report` holds every figure.
 
-    def __init__(self, report: OOMReport) -> None:
-        super().__init__(report.message())
+    A request of 1 EB or more is refused before the allocator looks at anything: its error has no report."""
+
+    def __init__(self, report: OOMReport | None, message: str | None = None) -> None:
+        super().__init__(report.message() if report is not None else message or MORE_THAN_1EB)
         self.report = report
+
+    @classmethod
+    def more_than_1eb(cls) -> OutOfMemoryError:
+        return cls(None, MORE_THAN_1EB)

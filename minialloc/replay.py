@@ -8,7 +8,17 @@ logging_resource_adaptor CSV against a chosen memory resource.
 Inputs (read_trace):
 - a PyTorch snapshot pickle (torch.cuda.memory._dump_snapshot) or a minialloc one: its device_traces;
 - an RMM log CSV with the columns Thread,Time,Action,Pointer,Size,Stream.
-A trace becomes a list of workloads.Event, so a generated workload replays the same way.
+A trace becomes a list of workloads.MemoryOp (one allocator operation each), so a generated workload replays the
+same way (replay_ops).
+
+Recorded runs (replay_trace, what_if_trace, check_trace): a real trace starts mid-run, so by default a replay
+starts from the state at the trace's first entry, rebuilt by minialloc.trace.state_at_trace_start at the
+recorded addresses, and runs the trace's operations (minialloc.trace.device_ops). Under the run's own settings
+every allocation should then land at its recorded address: check_trace counts them, which is what makes the
+what-if rows worth trusting. A what-if row starts from the same state, as if its setting had been switched on at
+the first trace entry. Without a capacity the simulated GPU is unlimited and the rows compare peak reserved
+memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free bytes) they show
+who runs out of memory, and where.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
 (when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request
@@ -20,20 +30,69 @@ capacity reproduces its peak reserved exactly.
 from __future__ import annotations
 
 import csv
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .allocator import CachingAllocator
-from .device import SimulatedGPU
+from .device import DeviceError, SimulatedGPU
 from .oom import OutOfMemoryError
+from .sizes import PAGE_SIZE, readable_size
 from .snapshot import SnapshotError, load_snapshot
-from .workloads import Event
+from .trace import (
+    EMPTY_CACHE,
+    FREE,
+    MALLOC,
+    OOM,
+    RETRY_RELEASE,
+    DeviceTrace,
+    TraceError,
+    describe,
+    read_device_trace,
+    state_at_trace_start,
+    user_frames,
+)
+from .workloads import MemoryOp
+
+__all__ = ["ReplayResult", "StartStateDoesNotFit", "TraceError", "UNLIMITED", "check_trace", "read_trace", "replay",
+           "replay_ops", "replay_trace", "smallest_capacity", "state_at_trace_start", "verdict", "what_if",
+           "what_if_trace"]
+
+UNLIMITED = 1 << 50  # a simulated GPU of 1 PiB stands for "no capacity limit" (it costs no host memory)
 
 
-class TraceError(ValueError):
-    """A trace that cannot be replayed: the message names the file and the event index."""
+class StartStateDoesNotFit(TraceError):
+    """The capacity asked for is smaller than what the run had already reserved at the first trace entry: the
+    run itself would not fit there, so there is nothing to replay (an answer, not bad input)."""
+
+
+def check_capacity(capacity: int | None) -> None:
+    """A capacity must be a positive number of bytes (None: no limit); 0 would read as both."""
+    if capacity is not None and capacity <= 0:
+        raise ValueError(f"capacity must be > 0, got {capacity} bytes (leave it out for no limit)")
+
+
+def check_configs(configs: Iterable[str]) -> None:
+    """Refuse a config the replay cannot run before any replay starts, naming it as the user typed it and
+    listing only the keys PyTorch's PYTORCH_CUDA_ALLOC_CONF accepts."""
+    from .config import AllocatorConfig, ConfigError
+
+    for text in configs:
+        try:
+            AllocatorConfig.parse(text)
+        except ConfigError as e:
+            reason = str(e).split(" in minialloc allocator config")[0].split(". Accepted keys")[0]
+            raise ValueError(f"config {text!r}: {reason}; PyTorch's keys: {', '.join(PYTORCH_CONF_KEYS)} "
+                             "(e.g. expandable_segments:True)") from None
+        if "backend" in text or "debug_guards" in text:
+            raise ValueError(f"config {text!r}: only PyTorch's keys can be tried: {', '.join(PYTORCH_CONF_KEYS)}")
+
+
+# the PYTORCH_CUDA_ALLOC_CONF keys a replay can try (minialloc's own keys, backend and debug_guards, change
+# nothing a replay compares)
+PYTORCH_CONF_KEYS = ("expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
+                     "garbage_collection_threshold", "roundup_power2_divisions", "large_segment_size_mb",
+                     "per_process_memory_fraction")
 
 
 @dataclass
@@ -48,6 +107,26 @@ class ReplayResult:
     first_failure_message: str = ""
     events: int = 0
     samples: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (allocated, reserved) per event
+    # recorded runs (replay_trace) only:
+    label: str = ""  # "as recorded" for the run's own settings
+    capacity: int | None = None  # None: no limit
+    first_failure_entry: int | None = None  # index in device_traces[device] of the first failed request
+    first_failure_size: int = 0
+    first_failure_frames: list[str] = field(default_factory=list)  # the request's top user frames, if recorded
+    live_at_failure: int = 0  # allocated bytes when the first failure happened
+    # the OOM message's "largest free block" at the first failure: cached, or what the device can still give
+    largest_free_at_failure: int = 0
+    reserved_at_failure: int = 0
+    skipped_frees: int = 0  # --from-empty: frees of blocks allocated before the trace began
+    fits_on: int | None = None  # the smallest device it runs on without an OOM (smallest_capacity)
+    # as recorded: the first trace entry whose allocation did not land at its recorded address (from there the
+    # replay no longer follows the run, so its figures describe some other run)
+    diverged_at: int | None = None
+    # --from-empty: what the run had at the first trace entry and this replay leaves out
+    left_out_reserved: int = 0
+    left_out_live_blocks: int = 0
+    left_out_live_bytes: int = 0
+    notes: list[str] = field(default_factory=list)  # caveats on this row's figures, one sentence each
 
     @property
     def efficiency(self) -> float:
@@ -58,11 +137,19 @@ class ReplayResult:
         d = asdict(self)
         d.pop("samples")
         d["efficiency"] = round(self.efficiency, 4)
+        if self.label:  # a recorded run's row: one name for the failure (its trace entry), and operations
+            for key in ("first_failure", "first_failure_label", "events"):
+                d.pop(key)
+            d["operations"] = self.events  # replay operations, fewer than trace entries (segment events ride along)
         return d
 
+    @property
+    def failed(self) -> bool:
+        return self.ooms > 0
 
-def replay(
-    events: Sequence[Event],
+
+def replay_ops(
+    events: Sequence[MemoryOp],
     allocator: CachingAllocator,
     source: str = "<trace>",
     keep_samples: bool = False,
@@ -112,97 +199,98 @@ def replay(
     return result
 
 
+replay = replay_ops  # the name the course imports (from minialloc.replay import replay)
+
+
 def what_if(
-    events: Sequence[Event], capacity: int | str, configs: Iterable[str], source: str = "<trace>",
+    events: Sequence[MemoryOp], capacity: int | str, configs: Iterable[str], source: str = "<trace>",
     progress: bool = False,
 ) -> list[ReplayResult]:
     """Replay the same events under each config on a fresh simulated GPU of `capacity`."""
     results = []
     for conf in configs:
-        bar = _progress_bar(len(events), conf) if progress else None
+        bar = progress_bar(len(events), conf or "native") if progress else None
         alloc = CachingAllocator(SimulatedGPU(capacity), conf)
         alloc.record_memory_history(enabled=False)  # the trace is not needed, and it costs time
-        results.append(replay(events, alloc, source, progress=bar))
+        results.append(replay_ops(events, alloc, source, progress=None if bar is None else bar.update_to))
         if bar is not None:
-            bar(len(events))
-            sys.stderr.write("\n")
+            bar.close()
     return results
 
 
-def _progress_bar(total: int, label: str) -> Callable[[int], None]:
-    def show(i: int) -> None:
-        if sys.stderr.isatty() or i == total:
-            width = 30
-            done = int(width * i / max(total, 1))
-            sys.stderr.write(f"\r{label or 'native':<40} [{'#' * done}{'.' * (width - done)}] {i}/{total}")
-            sys.stderr.flush()
+class _Bar:
+    """tqdm.auto's bar (a widget in JupyterLab, a bar on a terminal, nothing in a pipe), updated in jumps."""
 
-    return show
+    def __init__(self, total: int, label: str) -> None:
+        self.done = 0
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # a declared dependency, but a bar is not worth failing a replay over
+            self.bar = None
+            return
+        # disable=None: no bar when stderr is no terminal (a pipe, a log); tqdm.auto's notebook bar is a widget
+        notebook = "notebook" in tqdm.__module__
+        self.bar = tqdm(total=total, desc=label[:40], unit="op", leave=False, disable=False if notebook else None)
+
+    def update_to(self, i: int) -> None:
+        if self.bar is not None:
+            self.bar.update(i - self.done)
+        self.done = i
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.update_to(self.bar.total or self.done)
+            self.bar.close()
+
+
+def progress_bar(total: int, label: str) -> _Bar:
+    return _Bar(total, label)
 
 
 # -- reading traces ------------------------------------------------------------------------------------------------
-def events_from_snapshot(snapshot: dict, source: str = "<snapshot>", device: int = 0) -> list[Event]:
-    """Turn a snapshot's device_traces[device] into events (see the module docstring for the rules)."""
+def events_from_snapshot(snapshot: dict, source: str = "<snapshot>", device: int = 0) -> list[MemoryOp]:
+    """A snapshot's device_traces[device] as events to replay from an empty GPU (minialloc.trace.device_ops).
+
+    A trace that frees a block it never allocated started mid-run: replay it with replay_trace, which rebuilds
+    the state at its first entry, rather than as events."""
     traces = snapshot.get("device_traces") or []
     if device >= len(traces) or not traces[device]:
         raise TraceError(
             f"{source}: the snapshot has no trace for device {device}: record one with "
             "torch.cuda.memory._record_memory_history() (or minialloc's record_memory_history) before the run"
         )
-    trace = traces[device]
-    has_completion = any(e.get("action") == "free_completed" for e in trace)
-    free_action = "free_completed" if has_completion else "free_requested"
-    events: list[Event] = []
+    events: list[MemoryOp] = []
     names: dict[int, str] = {}
-    for i, entry in enumerate(trace):
-        action = entry.get("action")
-        if action == "alloc":
-            addr = entry["addr"]
+    trace = read_device_trace(snapshot, device, source, from_empty=True)
+    for kind, i, size, stream, addr, _ in trace.ops:
+        if kind == MALLOC:
             if addr in names:
                 raise TraceError(f"{source}: trace entry {i}: address {addr:#x} allocated twice without a free")
             names[addr] = name = f"t{i}"
-            events.append(Event("alloc", name, int(entry["size"]), int(entry.get("stream", 0)), f"trace entry {i}"))
-        elif action == free_action:
-            addr = entry["addr"]
+            events.append(MemoryOp("alloc", name, size, stream, f"trace entry {i}"))
+        elif kind == FREE:
             name = names.pop(addr, None)
             if name is None:
                 raise TraceError(
-                    f"{source}: trace entry {i}: frees address {addr:#x}, which the trace never allocated "
-                    "(a ring buffer that dropped the start of the run? record with a larger max_entries)"
+                    f"{source}: trace entry {i}: frees address {addr:#x}, which the trace never allocated: the "
+                    "trace started mid-run (replay it from the state at its first entry: replay_trace)"
                 )
-            events.append(Event("free", name, label=f"trace entry {i}"))
-        elif action == "oom":
+            events.append(MemoryOp("free", name, label=f"trace entry {i}"))
+        elif kind == OOM:
             # the request that failed in the recorded run: try it again, and free it at once if it fits now,
             # since nothing after it in the trace could have used it
             name = f"oom{i}"
             label = f"trace entry {i}: failed with out of memory in the recorded run"
-            events += [Event("alloc", name, int(entry["size"]), int(entry.get("stream", 0)), label),
-                       Event("free", name, label=label)]
-        elif action in ("segment_free", "segment_unmap") and _is_empty_cache(trace, i):
-            events.append(Event("empty_cache", label=f"trace entry {i}"))
+            events += [MemoryOp("alloc", name, size, stream, label), MemoryOp("free", name, label=label)]
+        elif kind == EMPTY_CACHE:
+            events.append(MemoryOp("empty_cache", label=f"trace entry {i}"))
+        # RETRY_RELEASE: the malloc after it releases what it needs again, on a GPU of the same size
     return events
 
 
-def _is_empty_cache(trace: list[dict], i: int) -> bool:
-    """Was this release the start of an empty_cache() call?
-
-    minialloc marks the entries empty_cache() writes (user_metadata "empty_cache"). In PyTorch's traces a run of
-    releases that no malloc follows is one; a run followed by a new segment could also be a malloc's retry, and
-    is taken as that: replaying the malloc under the same config releases the same blocks anyway.
-    """
-    if i > 0 and trace[i - 1].get("action") in ("segment_free", "segment_unmap"):
-        return False  # only the first entry of the run stands for the call
-    if trace[i].get("user_metadata") == "empty_cache":
-        return True
-    j = i
-    while j < len(trace) and trace[j].get("action") in ("segment_free", "segment_unmap"):
-        j += 1
-    return j == len(trace) or trace[j].get("action") not in ("segment_alloc", "segment_map", "alloc", "oom")
-
-
-def events_from_rmm_csv(path: str | Path) -> list[Event]:
+def events_from_rmm_csv(path: str | Path) -> list[MemoryOp]:
     """Read an RMM logging_resource_adaptor CSV: Thread,Time,Action,Pointer,Size,Stream."""
-    events: list[Event] = []
+    events: list[MemoryOp] = []
     names: dict[str, str] = {}
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
@@ -224,31 +312,418 @@ def events_from_rmm_csv(path: str | Path) -> list[Event]:
                 if ptr in names:
                     raise TraceError(f"{where}: pointer {ptr} allocated twice without a free")
                 names[ptr] = name = f"r{i}"
-                events.append(Event("alloc", name, size, stream, f"row {i + 2}"))
+                events.append(MemoryOp("alloc", name, size, stream, f"row {i + 2}"))
             elif action == "free":
                 name = names.pop(ptr, None)
                 if name is None:
                     raise TraceError(f"{where}: frees pointer {ptr}, which the log never allocated")
-                events.append(Event("free", name, label=f"row {i + 2}"))
+                events.append(MemoryOp("free", name, label=f"row {i + 2}"))
             elif action != "allocate failure":
                 raise TraceError(f"{where}: unknown action {row['Action']!r} (allocate, free, allocate failure)")
     return events
 
 
-def read_trace(path: str | Path) -> list[Event]:
+def check_trace_file(path: str | Path) -> None:
+    """TraceError naming the file when it cannot be a trace at all: missing, a directory, empty, or JSON (a
+    snapshot is the pickle torch.cuda.memory._dump_snapshot writes)."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{path}: no such file")
+    if p.is_dir():
+        raise TraceError(f"{path}: is a directory, not a snapshot pickle")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the file: {e.strerror or e}") from None
+    if not head:
+        raise TraceError(f"{path}: empty file, not the pickle torch.cuda.memory._dump_snapshot writes")
+    if head.lstrip()[:1] in (b"{", b"["):
+        raise TraceError(f"{path}: JSON, not the pickle torch.cuda.memory._dump_snapshot writes")
+
+
+def load_trace_file(path: str | Path) -> dict:
+    """A snapshot pickle, or TraceError naming the file and what is wrong with it."""
+    check_trace_file(path)
+    try:
+        return load_snapshot(path)
+    except SnapshotError as e:
+        raise TraceError(str(e)) from None
+
+
+def read_trace(path: str | Path) -> list[MemoryOp]:
     """Events from a snapshot pickle (PyTorch's or minialloc's) or an RMM CSV log, chosen by content."""
     path = Path(path)
+    check_trace_file(path)
     with open(path, "rb") as f:
         head = f.read(64)
     if head[:1] == b"\x80":  # a pickle's protocol marker
-        try:
-            snap = load_snapshot(path)
-        except SnapshotError as e:
-            raise TraceError(str(e)) from None
-        return events_from_snapshot(snap, str(path))
+        return events_from_snapshot(load_trace_file(path), str(path))
     if head.startswith(b"Thread") or b"Action" in head:
         return events_from_rmm_csv(path)
     raise TraceError(
         f"{path}: neither a snapshot pickle (torch.cuda.memory._dump_snapshot, minialloc.dump_snapshot) "
         "nor an RMM CSV log (header Thread,Time,Action,Pointer,Size,Stream)"
     )
+
+
+# -- recorded runs: replay from the state at the first trace entry ---------------------------------------------
+@dataclass
+class CheckResult:
+    """replay under the recorded settings from the rebuilt state, every address compared with the recorded one."""
+
+    device: int
+    allocations: int = 0
+    at_recorded_address: int = 0
+    first_divergence: int | None = None  # trace entry index
+    recorded_address: int | None = None  # None while nothing diverged
+    replayed_address: int | None = None
+    request: int = 0  # the diverging request's size
+    frames: list[str] = field(default_factory=list)  # its top user frames, if recorded
+    new_segment: bool = False  # the replay put it in memory the run never reserved
+    context: list[str] = field(default_factory=list)
+    capacity: int | None = None  # from the first 'oom' entry (reserved then + device_free); None: no limit
+    recorded_ooms: int = 0  # the run's 'oom' entries
+    reproduced_ooms: int = 0  # of them, those that failed again in the replay
+
+    @property
+    def ok(self) -> bool:
+        return self.allocations == self.at_recorded_address and self.reproduced_ooms == self.recorded_ooms
+
+    def summary(self) -> str:
+        lines = [f"device {self.device}: {self.at_recorded_address} of {self.allocations} allocations at the "
+                 "recorded address"]
+        if self.recorded_ooms:
+            how = "reproduced" if self.reproduced_ooms == self.recorded_ooms else "NOT reproduced"
+            lines.append(f"  {self.reproduced_ooms} of {self.recorded_ooms} recorded out-of-memory failures "
+                         f"{how} on a device of {readable_size(self.capacity or 0)} (reserved + device free at the "
+                         "first one)")
+        if self.first_divergence is None:
+            return "\n".join(lines)
+        where = f" (from {'; '.join(self.frames)})" if self.frames else ""
+        landed = ("in memory the run never reserved: the replay asked the device for a new segment where the run "
+                  "served the request from its cache" if self.new_segment else "elsewhere in the run's segments")
+        lines += [f"  first divergence at trace entry {self.first_divergence}: a request of "
+                  f"{readable_size(self.request)}{where} that the run placed at {self.recorded_address:#x} went to "
+                  f"{self.replayed_address:#x}, {landed}",
+                  "  the trace around it:", *("    " + c for c in self.context),
+                  f"  from entry {self.first_divergence} on the replay does not follow the run, so what replay and "
+                  "diagnose report past it is unreliable: the snapshot's allocator_settings, or minialloc's "
+                  "model of the allocator, do not match this run there (please report it with the snapshot)"]
+        return "\n".join(lines)
+
+
+def replay_trace(
+    trace: DeviceTrace, config: str, capacity: int | None = None, *, label: str = "", at_recorded: bool = False,
+    check: CheckResult | None = None, keep_samples: bool = False, until: int | None = None,
+    progress: bool = False,
+) -> tuple[ReplayResult, CachingAllocator]:
+    """Replay a recorded device trace from its rebuilt start state (trace.start_segments) under `config`.
+
+    capacity None: unlimited. at_recorded: place each new segment where the run got it (segment_alloc), so the
+    allocator under the recorded settings can land every block at its recorded address; check collects that
+    comparison. until: stop before the operation of that trace entry (the state a diagnosis looks at). An OOM is
+    counted and the request skipped, as the recorded run's own 'oom' entries are; its later free is skipped too.
+    """
+    check_capacity(capacity)
+    if capacity is not None and capacity < trace.reserved_at_start:
+        raise StartStateDoesNotFit(
+            f"device {trace.device} does not fit in {readable_size(capacity)}: "
+            f"{readable_size(trace.reserved_at_start)} is already reserved at the first trace entry; record from "
+            "earlier in the run, or use --from-empty")
+    gpu = SimulatedGPU(capacity or unlimited_capacity(trace), index=trace.device)
+    a = CachingAllocator(gpu, config)
+    a.record_memory_history(enabled=False)  # the trace is not needed, and it costs time
+    if trace.start_segments:
+        try:
+            a.restore_segments(trace.start_segments)
+        except DeviceError:  # the segments add up to less than the capacity, but do not fit at their addresses
+            raise StartStateDoesNotFit(
+                f"device {trace.device}: the {readable_size(trace.reserved_at_start)} reserved at the first trace "
+                f"entry does not fit at its recorded addresses in {readable_size(capacity or 0)}; record from "
+                "earlier in the run, or use --from-empty") from None
+        except ValueError as e:
+            raise TraceError(f"device {trace.device}: cannot rebuild the state at the first trace entry: {e}") from None
+    result = ReplayResult(config=config or "native", label=label or config or "native", capacity=capacity)
+    if trace.from_empty:
+        result.left_out_reserved = trace.recorded_reserved_at_start
+        result.left_out_live_blocks, result.left_out_live_bytes = trace.recorded_live_at_start
+    elif (any(s["is_expandable"] for s in trace.start_segments)
+          and "expandable_segments:true" not in config.replace(" ", "").lower()):
+        result.notes.append(
+            "replayed on top of the run's expandable segments (rebuilt as they were, with mappings it never "
+            "makes itself), so its peak is no estimate of a run under it from the start: compare the rows with "
+            "--from-empty")
+    live: dict[int, int] = {addr: addr for addr in trace.live_at_start}
+    failed: set[int] = set()
+    ops = trace.ops
+    bar = progress_bar(len(ops), result.label) if progress else None
+    samples = result.samples
+    # placing new segments where the run got them is right only while the replay follows the run exactly
+    place = (at_recorded or check is not None) and not trace.from_empty
+    placing = place
+    left_run = False  # a request the run served failed in this replay
+    malloc, free = a.malloc, a.free
+    for k, (kind, i, size, stream, addr, segs) in enumerate(ops):
+        if until is not None and i >= until:
+            break
+        if kind == MALLOC:
+            if placing and segs:
+                for seg in segs:
+                    if seg > 0:
+                        gpu.place_next(seg)
+                    elif gpu.reservation_at(-seg) is None:  # a new expandable segment, mapped from its start
+                        gpu.place_next_reservation(-seg)
+            try:
+                ptr = malloc(size, stream)
+            except OutOfMemoryError as e:
+                failed.add(addr)
+                left_run = True
+                _failed(result, trace, i, size, e, a)
+                continue
+            finally:
+                if place and segs:
+                    gpu.drop_placements()
+            live[addr] = ptr
+            if ptr != addr:
+                placing = False
+                # after a request failed here that the run served, the addresses differ for that reason alone
+                if place and result.diverged_at is None and not left_run:
+                    result.diverged_at = i
+            if check is not None:
+                check.allocations += 1
+                if ptr == addr:
+                    check.at_recorded_address += 1
+                elif check.first_divergence is None:
+                    check.first_divergence, check.recorded_address, check.replayed_address = i, addr, ptr
+                    check.request = size
+                    check.frames = user_frames(trace.entries[i].get("frames"))
+                    check.new_segment = not _recorded_memory(trace, ptr)
+                    near = range(max(0, i - 3), min(len(trace.entries), i + 2))
+                    check.context = [describe(trace.entries, j) for j in near]
+        elif kind == FREE:
+            ptr = live.pop(addr, None)
+            if ptr is None:
+                if addr in failed:
+                    failed.discard(addr)
+                elif not trace.from_empty:
+                    raise TraceError(f"device {trace.device}: trace entry {i} frees {addr:#x}, which is not live in "
+                                     "the replay (the rebuilt state at the first entry is inconsistent)")
+                else:
+                    result.skipped_frees += 1  # --from-empty: allocated before the trace began
+                continue
+            free(ptr)
+        elif kind == EMPTY_CACHE or kind == RETRY_RELEASE:
+            if placing and all(seg > 0 for seg in segs):
+                for seg in segs:  # exactly the segments the run gave back
+                    if not a.release_cached_segment(seg):
+                        placing = False  # not a whole free segment here: the replay has left the run
+                        a.empty_cache()
+                        break
+            elif kind == EMPTY_CACHE or placing:  # a mapped range: empty_cache unmaps every wholly free page
+                a.empty_cache()
+        elif kind == OOM:
+            if check is not None:
+                check.recorded_ooms += 1
+            try:
+                free(malloc(size, stream))  # fits here: nothing later in the trace used it
+            except OutOfMemoryError as e:
+                _failed(result, trace, i, size, e, a)
+                if check is not None:
+                    check.reproduced_ooms += 1
+        if keep_samples:
+            samples.append((a.memory_allocated(), a.memory_reserved()))
+        if bar is not None and k % 4096 == 0:
+            bar.update_to(k)
+    if bar is not None:
+        bar.close()
+    stats = a.memory_stats()
+    result.peak_allocated = stats["allocated_bytes.all.peak"]
+    result.peak_reserved = stats["reserved_bytes.all.peak"]
+    result.retries = stats["num_alloc_retries"]
+    result.events = len(ops)
+    return result, a
+
+
+def unlimited_capacity(trace: DeviceTrace) -> int:
+    """The simulated capacity that stands for "no limit". An expandable segment reserves address space for 1 1/8
+    of the device, so where the recorded run had several, the device can be no bigger than lets their recorded
+    reservations sit side by side (the real device was no bigger either)."""
+    bases = sorted(s["address"] for s in trace.start_segments if s["is_expandable"])
+    room = min((b - a for a, b in zip(bases, bases[1:], strict=False)), default=UNLIMITED * 9 // 8)
+    return min(UNLIMITED, (room - 10 * PAGE_SIZE) * 8 // 9 // PAGE_SIZE * PAGE_SIZE)  # 10 pages: one large page
+
+
+def _failed(result: ReplayResult, trace: DeviceTrace, i: int, size: int, e: OutOfMemoryError,
+            a: CachingAllocator) -> None:
+    result.ooms += 1
+    if result.first_failure_entry is None:
+        result.first_failure = result.first_failure_entry = i
+        result.first_failure_label = f"trace entry {i}"
+        result.first_failure_size = size
+        result.first_failure_message = str(e)
+        result.first_failure_frames = user_frames(trace.entries[i].get("frames"))
+        result.live_at_failure = a.memory_allocated()
+        result.reserved_at_failure = a.memory_reserved()
+        result.largest_free_at_failure = e.report.largest_free_block if e.report is not None else 0
+
+
+def _recorded_memory(trace: DeviceTrace, addr: int) -> bool:
+    """Whether addr lies in memory the run reserved: a segment at the first entry, or one the trace made."""
+    ranges = [(s["address"], s["total_size"]) for s in trace.start_segments]
+    ranges += [(int(e["addr"]), int(e["size"])) for e in trace.entries
+               if e.get("action") in ("segment_alloc", "segment_map")]
+    return any(start <= addr < start + size for start, size in ranges)
+
+
+def check_trace(trace: DeviceTrace, config: str, progress: bool = False) -> CheckResult:
+    """Replay under `config` (the recorded settings) at the recorded addresses and compare every allocation.
+
+    Where the trace has an 'oom' entry the device is as large as PyTorch could use then (reserved + device_free),
+    so the check also says whether the recorded failures happen again."""
+    capacity = trace.capacity_at_oom()
+    if capacity is not None and capacity < trace.reserved_at_start:
+        capacity = None  # the oom's figures contradict the rebuilt start: compare addresses without a limit
+    check = CheckResult(trace.device, capacity=capacity)
+    replay_trace(trace, config, capacity, check=check, progress=progress)
+    return check
+
+
+def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, max_replays: int = 20) -> int:
+    """The smallest simulated device (in 2 MiB pages) on which the replay runs without an OOM, by bisection.
+
+    The unlimited run never reserves more than its peak, so a device of that size fits; one smaller than what
+    is live at the start or at the peak cannot. In between, bisection to 1/1000 of the upper bound (fitting is
+    not always monotone in capacity, so this is the smallest capacity the bisection found)."""
+    hi = -(-unlimited.peak_reserved // PAGE_SIZE) * PAGE_SIZE
+    # never below 0: every capacity tried must be a real one (a 0-byte device is refused)
+    lo = max(0, max(trace.reserved_at_start, unlimited.peak_allocated) // PAGE_SIZE * PAGE_SIZE - PAGE_SIZE)
+    tolerance = max(PAGE_SIZE, hi // 1000)
+    for _ in range(max_replays):
+        if hi - lo <= tolerance:
+            break
+        mid = (lo + hi) // 2 // PAGE_SIZE * PAGE_SIZE
+        try:
+            result, _ = replay_trace(trace, config, mid)
+            fits = not result.failed
+        except TraceError:  # the start state does not fit on it
+            fits = False
+        lo, hi = (lo, mid) if fits else (mid, hi)
+    return hi
+
+
+def what_if_trace(
+    trace: DeviceTrace, recorded: str, configs: Sequence[str] = (), capacity: int | None = None, *,
+    fit: bool = True, progress: bool = False,
+) -> list[ReplayResult]:
+    """The run's own settings (first row, labelled as recorded), then each config, on one capacity."""
+    check_capacity(capacity)
+    check_configs(configs)
+    rows = [(recorded, f"as recorded ({recorded or 'native'})")]
+    rows += [(c, c or "native") for c in configs if c != recorded]
+    results = []
+    for conf, label in rows:
+        result, _ = replay_trace(trace, conf, capacity, label=label, at_recorded=conf == recorded,
+                                 progress=progress)
+        if fit:
+            unlimited = result if capacity is None else replay_trace(trace, conf, None)[0]
+            result.fits_on = smallest_capacity(trace, conf, unlimited)
+        results.append(result)
+    return results
+
+
+def _name(r: ReplayResult, recorded: ReplayResult) -> str:
+    """A row as a sentence names it: the first row is the run's own settings."""
+    return f"the recorded settings ({r.config})" if r is recorded else r.label
+
+
+def verdict(results: Sequence[ReplayResult], capacity: int | None, reserved_at_start: int = 0) -> str:
+    """What a user can act on, one short line each: a warning when the as-recorded replay left the run, the
+    verdict, then the rows' caveats. reserved_at_start: what the run held at the first trace entry, which no
+    setting replayed from there can give back. Every figure is one the replays measured."""
+    check_capacity(capacity)
+    recorded = results[0]
+    lines = []
+    if recorded.diverged_at is not None:
+        lines.append(f"warning: the replay under the recorded settings diverges from the run at trace entry "
+                     f"{recorded.diverged_at} (see --check): these figures are unreliable")
+    lines.append(_verdict_line(results, capacity, reserved_at_start))
+    if recorded.left_out_reserved or recorded.left_out_live_blocks:
+        lines.append(f"note: replayed from an empty GPU (--from-empty), leaving out the "
+                     f"{readable_size(recorded.left_out_reserved)} the run had reserved at the first trace entry "
+                     f"({recorded.left_out_live_blocks} {_plural(recorded.left_out_live_blocks, 'block')} live, "
+                     f"{readable_size(recorded.left_out_live_bytes)} requested); drop --from-empty for the run's "
+                     "own figures")
+    labelled: dict[str, list[str]] = {}  # one line per caveat, naming every row it applies to
+    for r in results:
+        for n in r.notes:
+            labelled.setdefault(n, []).append(r.label)
+    lines += [f"note: {' and '.join(labels)}: {n}" for n, labels in labelled.items()]
+    return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserved_at_start: int) -> str:
+    recorded = results[0]
+    # a replay from an empty GPU that left out what the run held is not "the run"
+    run = "the replay from an empty GPU" if recorded.left_out_reserved or recorded.left_out_live_blocks else "the run"
+    if capacity is None:
+        peak = (f"no capacity limit: under the recorded settings {run} peaks at "
+                f"{readable_size(recorded.peak_reserved)} reserved")
+        fitted = [r for r in results if r.fits_on is not None]
+        if not fitted:  # no search ran (--no-fit): compare the peaks, which were measured
+            best = min(results, key=lambda r: r.peak_reserved)
+            return f"{peak}; the lowest peak is {readable_size(best.peak_reserved)}, with {_name(best, recorded)}"
+        best = min(fitted, key=lambda r: (r.fits_on, r.peak_reserved))
+        line = (f"{peak}; the smallest device found is {readable_size(best.fits_on or 0)}, "
+                f"with {_name(best, recorded)}")
+        if reserved_at_start and (best.fits_on or 0) <= reserved_at_start + PAGE_SIZE:
+            line += (f" (bounded by the {readable_size(reserved_at_start)} already reserved at the first trace "
+                     "entry: record from earlier in the run to see what a setting changes before it)")
+        return line
+    saved = [r for r in results if not r.failed]
+    if not recorded.failed:
+        best = min(results, key=lambda r: r.peak_reserved)
+        return (f"{run} fits in {readable_size(capacity)} under the recorded settings (peak reserved "
+                f"{readable_size(recorded.peak_reserved)}); the lowest peak is {readable_size(best.peak_reserved)}, "
+                f"with {_name(best, recorded)}")
+    if saved:
+        best = min(saved, key=lambda r: r.peak_reserved)
+        return (f"{best.label} saves this run: it fits in {readable_size(capacity)} "
+                f"(peak reserved {readable_size(best.peak_reserved)})")
+    live, request, entry = recorded.live_at_failure, recorded.first_failure_size, recorded.first_failure_entry
+    if live + request <= capacity:
+        # enough memory in all, in pieces: fragmentation, which the settings tried could not undo
+        line = (f"no setting tried saves this run, yet {readable_size(live)} live + the {readable_size(request)} "
+                f"request at trace entry {entry} fit in {readable_size(capacity)}: the cause is fragmentation")
+        if reserved_at_start:
+            line += (f". The {readable_size(reserved_at_start)} of segments made before the trace began stay as "
+                     "they were in a replay, whatever the setting: turn on expandable_segments:True in the run "
+                     "itself, or record from earlier in the run to replay it")
+        return line
+    return (f"no setting saves this run: {readable_size(live)} are live at trace entry {entry} when "
+            f"{readable_size(request)} is requested, on a device of {readable_size(capacity)}: it needs at least "
+            f"{readable_size(live + request - capacity)} more memory or fewer live tensors")
+
+
+def open_device_traces(path: str | Path, device: int | None = None, from_empty: bool = False
+                       ) -> tuple[dict, list[DeviceTrace]]:
+    """Read a snapshot file and each device's trace (or just `device`)."""
+    from .trace import devices as snapshot_devices
+
+    snap = load_trace_file(path)
+    traces = snap.get("device_traces") or []
+    wanted = [d for d in snapshot_devices(snap) if d < len(traces) and traces[d]]
+    if device is not None:
+        if device not in wanted:
+            raise TraceError(f"{path}: no trace for device {device}; the file has traces for devices "
+                             f"{', '.join(map(str, wanted)) or 'none'}")
+        wanted = [device]
+    if not wanted:
+        raise TraceError(f"{path}: the snapshot has no trace: record one with "
+                         "torch.cuda.memory._record_memory_history() before the run")
+    return snap, [read_device_trace(snap, d, str(path), from_empty) for d in wanted]
+

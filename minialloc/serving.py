@@ -1,4 +1,7 @@
-"""Serving on the simulated GPU: a vLLM-style scheduler over the paged KV cache, and the paper's comparison.
+"""The PagedAttention paper's memory experiment on the simulated GPU: contiguous against paged KV, and sharing.
+
+The scheduler it drives is minialloc.paging.scheduler; this module holds the experiment: the request traces, the
+two simulations, the comparison and its table (`minialloc serve-sim` prints it).
 
 Reproduces, on one seeded trace, the memory measurements of Kwon et al., "Efficient Memory Management for Large
 Language Model Serving with PagedAttention" (SOSP 2023, arXiv:2309.06180):
@@ -64,14 +67,10 @@ beams re-converge more than real ones do).
 
 from __future__ import annotations
 
-import argparse
-import json
-import random
-import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -81,13 +80,16 @@ from .device import SimulatedGPU
 from .oom import OutOfMemoryError
 from .paging import (
     DEFAULT_BLOCK_SIZE,
+    VOCAB,
     BlockManager,
+    Group,
     HostPool,
     KVCache,
     KVSpec,
-    OutOfBlocksError,
+    Request,
     RequestTooLongError,
-    check_invariants,
+    Scheduler,
+    check_block_invariants,
 )
 from .sizes import GiB, format_size
 
@@ -95,8 +97,6 @@ OPT_13B = KVSpec(num_layers=40, num_kv_heads=40, head_dim=128, dtype_bytes=2)  #
 KV_BUDGET_OPT_13B = 12 * GiB  # paper Table 1: what an A100-40GB keeps for KV after OPT-13B's weights
 MAX_MODEL_LEN = 2048
 MAX_PROMPT_LEN = 1024
-VOCAB = 50272  # OPT's vocabulary: token ids are drawn from it
-BEAM_REPLACE = 0.1  # per step and beam: probability it is replaced by a fork of another beam (see docstring)
 PAPER = {
     "token_share_contiguous": (0.204, 0.382),
     "parallel": {"alpaca": (0.061, 0.098), "sharegpt": (0.162, 0.305)},
@@ -116,17 +116,11 @@ class Workload:
     output_sigma: float
 
 
-WORKLOADS = {
+REQUEST_WORKLOADS = {
     "sharegpt": Workload("sharegpt", "ShareGPT-like", 161.0, 1.0, 338.0, 1.0),
     "alpaca": Workload("alpaca", "Alpaca-like", 161.0 / 8.4, 0.5, 338.0 / 5.8, 0.8),
 }
-
-
-@dataclass(frozen=True)
-class Request:
-    req_id: int
-    prompt: tuple[int, ...]
-    output_len: int
+WORKLOADS = REQUEST_WORKLOADS  # the older name; minialloc.workloads has allocation traces of its own
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
@@ -137,195 +131,13 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> n
 def sample_requests(workload: str | Workload, num_requests: int, seed: int = 0,
                     max_model_len: int = MAX_MODEL_LEN, max_prompt_len: int = MAX_PROMPT_LEN) -> list[Request]:
     """A seeded trace of requests with random prompt tokens and lengths shaped like the workload."""
-    w = WORKLOADS[workload] if isinstance(workload, str) else workload
+    w = REQUEST_WORKLOADS[workload] if isinstance(workload, str) else workload
     rng = np.random.default_rng(seed)
     inputs = np.clip(np.rint(_lognormal(rng, w.input_mean, w.input_sigma, num_requests)), 1, max_prompt_len)
     outputs = np.rint(_lognormal(rng, w.output_mean, w.output_sigma, num_requests))
     outputs = np.clip(outputs, 1, max_model_len - inputs)
     return [Request(i, tuple(rng.integers(0, VOCAB, int(p)).tolist()), int(o))
             for i, (p, o) in enumerate(zip(inputs, outputs, strict=True))]
-
-
-# -- the scheduler --------------------------------------------------------------------------------------------------
-@dataclass
-class Group:
-    """A request's sequences (vLLM's SequenceGroup): one, n parallel samples, or `width` beams."""
-
-    request: Request
-    kind: str = "single"  # "single", "parallel" or "beam"
-    width: int = 1
-    seq_ids: list[int] = field(default_factory=list)
-    generated: int = 0  # decode steps done: every sequence of the group has this many output tokens
-    saved: list[list[int]] | None = None  # tokens of each sequence while preempted by recompute
-    swapped: bool = False
-
-
-class Scheduler:
-    """First come, first served continuous batching over a BlockManager, with vLLM V0's preemption policy.
-
-    Each step (vLLM V0 Scheduler._schedule): swapped groups come back first; then waiting groups are admitted in
-    arrival order while their prompt fits above a watermark of free blocks (1%, so an admission does not force a
-    preemption at once; no watermark while nothing runs, so whatever fits the cache gets in); then every running
-    group decodes one token, oldest first. When a group needs a block and none is free, the most recently
-    admitted group is preempted (possibly the group itself), all or nothing: recompute by default (vLLM V1 only
-    recomputes), or swap to the host pool.
-    """
-
-    def __init__(self, manager: BlockManager, preemption: str = "recompute", host: HostPool | None = None,
-                 watermark: float = 0.01, max_num_seqs: int = 256, seed: int = 0) -> None:
-        if preemption not in ("recompute", "swap"):
-            raise ValueError(f"preemption must be 'recompute' or 'swap', got {preemption!r}")
-        if preemption == "swap" and host is None:
-            raise ValueError("swap preemption needs a HostPool")
-        self.m, self.preemption, self.host, self.max_num_seqs = manager, preemption, host, max_num_seqs
-        self.watermark = int(watermark * len(manager.blocks))
-        self.waiting: deque[Group] = deque()
-        self.running: list[Group] = []
-        self.swapped: deque[Group] = deque()
-        self.rng = random.Random(seed)
-        self.next_seq_id = 0
-        self.num_preemptions = self.num_swapped_blocks = self.num_copies = 0
-
-    def add(self, group: Group) -> None:
-        """Queue a request. One whose own sequence could never fit (its final length needs more blocks than the
-        whole cache has) is rejected with RequestTooLongError (vLLM's AllocStatus.NEVER)."""
-        r, bs, num_blocks = group.request, self.m.block_size, len(self.m.blocks)
-        total = len(r.prompt) + r.output_len
-        if -(-total // bs) > num_blocks:
-            raise RequestTooLongError(
-                f"request {r.req_id} is longer than the whole KV cache: {len(r.prompt)} prompt + {r.output_len} "
-                f"output tokens = {total} tokens need {-(-total // bs)} blocks of {bs} tokens, and the cache has "
-                f"{num_blocks} blocks ({num_blocks * bs} tokens)")
-        self.waiting.append(group)
-
-    def _watermark(self) -> int:
-        return self.watermark if self.running else 0  # alone, a group may use every block
-
-    def _too_long(self, g: Group, why: str) -> RequestTooLongError:
-        bs, num_blocks = self.m.block_size, len(self.m.blocks)
-        return RequestTooLongError(
-            f"request {g.request.req_id} ({g.kind}, {g.width} sequence(s) of {len(g.request.prompt)} prompt + "
-            f"{g.request.output_len} output tokens) {why}: the whole cache has {num_blocks} blocks of {bs} tokens "
-            f"({num_blocks * bs} tokens), and runs at most {self.max_num_seqs} sequences")
-
-    def _new_id(self) -> int:
-        self.next_seq_id += 1
-        return self.next_seq_id - 1
-
-    def num_running_seqs(self) -> int:
-        return sum(len(g.seq_ids) for g in self.running)
-
-    def _admit(self, g: Group) -> bool:
-        """Allocate a waiting group (its prompt, or after recompute every sequence's tokens), all or nothing.
-
-        The group must also be able to take its first decode step (a new block or a copy per sequence) above the
-        watermark; otherwise it would be preempted at once. Allocation is tried and rolled back on failure, which
-        is exact where prefix-cache hits make a group need fewer blocks than its tokens fill.
-        """
-        if self.num_running_seqs() + g.width > self.max_num_seqs:
-            return False
-        fresh = not g.saved
-        todo = [(self._new_id(), list(g.request.prompt))] if fresh else list(zip(g.seq_ids, g.saved, strict=True))
-        done: list[int] = []
-        try:
-            for sid, tokens in todo:
-                self.m.allocate(sid, tokens)
-                done.append(sid)
-            for _ in range(g.width - 1 if fresh else 0):
-                done.append(self._new_id())
-                self.m.fork(done[0], done[-1])
-            need = sum(self.m.blocks_to_append(s) for s in done)
-            if self.m.num_free_blocks - need < self._watermark():
-                raise OutOfBlocksError(need, self.m.num_free_blocks, "admission above the watermark")
-        except OutOfBlocksError:
-            for sid in reversed(done):  # roll back; the blocks stay cached, so a retry hits them
-                self.m.preempt(sid)
-            return False
-        g.seq_ids, g.saved = done, None
-        return True
-
-    def _swap_in(self, g: Group) -> bool:
-        assert self.host is not None
-        need = len({c for s in g.seq_ids for c in self.host.seqs[s].table})
-        if self.m.num_free_blocks - need < self._watermark() or self.num_running_seqs() + g.width > self.max_num_seqs:
-            return False
-        self.num_swapped_blocks += len(self.host.swap_in(g.seq_ids))
-        g.swapped = False
-        return True
-
-    def _preempt(self, g: Group) -> None:
-        self.num_preemptions += 1
-        if self.host is not None and self.preemption == "swap":
-            try:
-                self.num_swapped_blocks += len(self.host.swap_out(g.seq_ids))
-                g.swapped = True
-                self.swapped.appendleft(g)  # victims go newest first, so the oldest ends up in front
-                return
-            except OutOfBlocksError:
-                pass  # the host pool is full: fall back to recompute
-        g.saved = [self.m.preempt(s) for s in g.seq_ids]
-        self.waiting.appendleft(g)
-
-    def _reshuffle_beams(self, g: Group) -> None:
-        """Beam search's step: each beam survives, or (probability BEAM_REPLACE) is overtaken by a fork of a beam.
-
-        vLLM V0 does the same with its blocks: a surviving candidate of a beam forks that beam's sequence (sharing
-        every block), and the beams left without a surviving candidate are freed.
-        """
-        parents = [i if self.rng.random() >= BEAM_REPLACE else self.rng.randrange(g.width) for i in range(g.width)]
-        survivors = set(parents)
-        new_ids = []
-        for p in parents:
-            if p in survivors:  # the first candidate of a beam continues it in place
-                survivors.discard(p)
-                new_ids.append(g.seq_ids[p])
-            else:
-                child = self._new_id()
-                self.m.fork(g.seq_ids[p], child)
-                new_ids.append(child)
-        for i, sid in enumerate(g.seq_ids):
-            if i not in parents:
-                self.m.free(sid)
-        g.seq_ids = new_ids
-
-    def step(self) -> list[Group]:
-        """One scheduling iteration; returns the groups that finished (their blocks are freed)."""
-        while self.swapped and self._swap_in(self.swapped[0]):
-            self.running.append(self.swapped.popleft())
-        while not self.swapped and self.waiting and self._admit(self.waiting[0]):
-            self.running.append(self.waiting.popleft())
-        if self.waiting and not self.running and not self.swapped:  # every block is free, and still no room
-            raise self._too_long(self.waiting[0], "cannot be admitted even into the empty cache")
-        decoded: list[Group] = []
-        while len(decoded) < len(self.running):
-            g = self.running[len(decoded)]
-            if g.kind == "beam" and g.generated > 0:
-                self._reshuffle_beams(g)
-            while sum(self.m.blocks_to_append(s) for s in g.seq_ids) > self.m.num_free_blocks:
-                victim = self.running.pop()
-                if victim is g and not self.running:  # alone and still short: it can never finish
-                    held = sum(len(self.m.seqs[s].tokens) for s in g.seq_ids)
-                    raise self._too_long(g, f"holds {held} tokens and needs more blocks, running alone")
-                self._preempt(victim)
-                if victim is g:
-                    break
-            else:
-                for s in g.seq_ids:
-                    pos = len(self.m.seqs[s].tokens)
-                    self.m.append_token(s, (s * 1_000_003 + pos * 7919) % VOCAB)
-                g.generated += 1
-                decoded.append(g)
-        self.num_copies += len(self.m.take_copies())
-        return decoded
-
-    def retire(self, decoded: list[Group]) -> list[Group]:
-        """Free the groups whose output is complete (call after measuring the step)."""
-        finished = [g for g in decoded if g.generated >= g.request.output_len]
-        for g in finished:
-            for s in g.seq_ids:
-                self.m.free(s)
-            self.running.remove(g)
-        return finished
 
 
 # -- the two simulations ----------------------------------------------------------------------------------------------
@@ -361,7 +173,7 @@ def simulate_paged(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_bytes
         if kind == "single" and seqs:
             max_empty = max(max_empty, (step_used * block_size - step_tokens) / len(seqs))
         if check:
-            check_invariants(manager, host)
+            check_block_invariants(manager, host)
         finished += len(sched.retire(decoded))
     cache.release()
     if finished != len(requests) or manager.num_free_blocks != len(manager.blocks):
@@ -462,10 +274,7 @@ def simulate_contiguous(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_
 SYSTEMS = {"contiguous": "contiguous (max)", "contiguous_pow2": "contiguous (pow2)",
            "contiguous_oracle": "contiguous (oracle)", "paged": "paged"}
 POLICIES = {"contiguous": "max", "contiguous_pow2": "pow2", "contiguous_oracle": "oracle"}
-# what the issue asks of the default (ShareGPT-like) trace; requirements() checks a result against it
-PAGED_MIN_TOKEN_SHARE = 0.96
-CONTIGUOUS_TOKEN_SHARE = (0.20, 0.40)
-MIN_CONCURRENCY_GAIN = 2.0
+
 
 
 def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 0, *, spec: KVSpec = OPT_13B,
@@ -476,13 +285,13 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
 
     Returns a JSON-ready dict: the trace's measured means; "paged", "contiguous" (reserving max_model_len, the
     paper's baseline), "contiguous_pow2" and "contiguous_oracle", each with the token and waste shares of the KV
-    memory in use (token_share in 0..1), max_concurrent (sequences), decode steps and preemptions; "requirements"
-    (the issue's three checks on them); and the sharing savings under parallel sampling and beam search for each
-    width, measured on the trace's first `sharing_requests` requests (default num_requests // 4: n samples cost up
-    to n times the tokens), with the paper's figures.
+    memory in use (token_share in 0..1), max_concurrent (sequences), decode steps and preemptions;
+    "concurrency_gain" (paged max_concurrent / contiguous max_concurrent); and the sharing savings under parallel
+    sampling and beam search for each width, measured on the trace's first `sharing_requests` requests (default
+    num_requests // 4: n samples cost up to n times the tokens), with the paper's figures.
     """
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload must be one of {sorted(WORKLOADS)}, got {workload!r}")
+    if workload not in REQUEST_WORKLOADS:
+        raise ValueError(f"workload must be one of {sorted(REQUEST_WORKLOADS)}, got {workload!r}")
     if num_requests < 1:
         raise ValueError(f"num_requests must be >= 1, got {num_requests}")
     start = time.perf_counter()
@@ -497,7 +306,7 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
                for kind in ("parallel", "beam")}
     return {
         "workload": workload,
-        "label": WORKLOADS[workload].label,
+        "label": REQUEST_WORKLOADS[workload].label,
         "num_requests": num_requests,
         "seed": seed,
         "mean_input": float(np.mean([len(r.prompt) for r in requests])),
@@ -508,25 +317,12 @@ def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 
         "max_model_len": max_model_len,
         "preemption": preemption,
         **systems,
-        "requirements": requirements(systems["paged"], systems["contiguous"]),
+        "concurrency_gain": systems["paged"]["max_concurrent"] / max(1, systems["contiguous"]["max_concurrent"]),
         "sharing_requests": n_share,
         "sharing": sharing,
         "paper": {"token_share_contiguous": PAPER["token_share_contiguous"],
                   "parallel": PAPER["parallel"][workload], "beam": PAPER["beam"][workload]},
         "elapsed_s": time.perf_counter() - start,
-    }
-
-
-def requirements(paged: dict, contiguous: dict) -> dict:
-    """The issue's three checks: paged holds tokens in >= 96% of its KV memory in use, contiguous (max) in the
-    paper's 20-40%, and paged runs at least twice as many sequences at once."""
-    lo, hi = CONTIGUOUS_TOKEN_SHARE
-    gain = paged["max_concurrent"] / max(1, contiguous["max_concurrent"])
-    return {
-        "paged_token_share_at_least_96pct": paged["token_share"] >= PAGED_MIN_TOKEN_SHARE,
-        "contiguous_token_share_in_20_40pct": lo <= contiguous["token_share"] <= hi,
-        "concurrency_gain": gain,
-        "paged_admits_at_least_2x": gain >= MIN_CONCURRENCY_GAIN,
     }
 
 
@@ -546,8 +342,6 @@ def format_table(result: dict) -> str:
     def row(label: str, fmt: str, key: str) -> str:
         return f"{label:<34}" + "".join(f"{format(result[n][key], fmt):>21}" for n in names)
 
-    req = result["requirements"]
-    verdict = {True: "yes", False: "NO"}
     lines += [
         row("  holding tokens", ".1%", "token_share"),
         row("  reserved (future tokens)", ".1%", "reserved_share"),
@@ -558,9 +352,7 @@ def format_table(result: dict) -> str:
         row(f"preemptions ({result['preemption']})", "d", "preemptions"),
         "paper (Fig. 2): contiguous KV holds tokens in {:.1%}-{:.1%} of its memory; paged wastes under one block"
         " per sequence".format(*result["paper"]["token_share_contiguous"]),
-        f"requirements: paged holds tokens in >= 96%: {verdict[req['paged_token_share_at_least_96pct']]}; "
-        f"contiguous (max) in 20-40%: {verdict[req['contiguous_token_share_in_20_40pct']]}; paged runs "
-        f"{req['concurrency_gain']:.1f}x the sequences (>= 2x: {verdict[req['paged_admits_at_least_2x']]})",
+        f"paged runs {result['concurrency_gain']:.1f}x as many sequences at once as contiguous (max)",
         "",
         f"Sharing (paged, first {result['sharing_requests']} requests): blocks saved / blocks without sharing",
         f"{'':<24}" + "".join(f"{'width ' + str(e['width']):>10}" for e in result["sharing"]["parallel"])
@@ -572,31 +364,3 @@ def format_table(result: dict) -> str:
                      + f"{f'{lo:.1%}-{hi:.1%}':>15}")
     lines.append(f"({result['elapsed_s']:.1f} s)")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`minialloc serve-sim [--workload sharegpt|alpaca] [--requests N] [--seed S] [--json]`."""
-    parser = argparse.ArgumentParser(
-        prog="minialloc serve-sim",
-        description="Serve a ShareGPT- or Alpaca-like trace with contiguous and paged KV caches (PagedAttention, "
-                    "Kwon et al. SOSP 2023) on a simulated A100-40GB running OPT-13B, and compare KV memory waste.")
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="sharegpt")
-    parser.add_argument("--requests", type=int, default=1000, help="number of requests in the trace")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    parser.add_argument("--sharing-requests", type=int, default=None,
-                        help="requests for the sharing runs (default: a quarter of --requests)")
-    parser.add_argument("--json", action="store_true",
-                        help='print JSON instead of the table: {"paged": {...}, "contiguous": {...}, ...}, each with '
-                             "token_share and max_concurrent")
-    args = parser.parse_args(argv)
-    if args.requests < 1:
-        parser.error("--requests must be >= 1")
-    result = serve_sim(args.workload, args.requests, args.seed, preemption=args.preemption,
-                       sharing_requests=args.sharing_requests)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every request is rounded up to a multip
 K_SMALL_SIZE = 1 * MiB  # kSmallSize: rounded sizes up to this go to the small pool
 K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer: segment size for small-pool requests
 K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: large requests under this share a 20 MiB segment
-K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment size for large requests under 10 MiB
+K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment for large requests under 10 MiB (large_segment_size_mb's default)
 K_ROUND_LARGE = 2 * MiB  # kRoundLarge: larger requests get a segment rounded up to this
 PAGE_SIZE = 2 * MiB  # the driver hands out physical memory in 2 MiB pages
 
@@ -66,3 +66,26 @@ def parse_size(value: int | str) -> int:
     if scale == 1 and number != int(number):
         raise ValueError(f"size {value!r} is not a whole number of bytes")
     return int(number * scale)  # "3.2GiB" is fine: rounded down to whole bytes
+
+
+def readable_size(n: int) -> str:
+    """minialloc's own figures: like format_size, but a size of exactly 1 MiB or 1 GiB moves up a unit
+    ("1.00 GiB", not PyTorch's "1024.00 MiB"). PyTorch's message keeps format_size, to match it character for
+    character."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < MiB:
+        return f"{n / KiB:.2f} KiB"
+    if n < GiB:
+        return f"{n / MiB:.2f} MiB"
+    return f"{n / GiB:.2f} GiB"
+
+
+def decimal_size_hint(text: str) -> str:
+    """For a size typed in decimal units ("80GB"), a note saying so and naming the binary spelling a GPU's
+    capacity usually means ("80GiB"); "" for anything else."""
+    m = _SIZE_RE.match(text) if isinstance(text, str) else None
+    if m is None or m.group(2).lower() not in ("kb", "mb", "gb", "tb", "k", "m", "g", "t"):
+        return ""
+    binary = m.group(2)[0].upper() + "iB"
+    return f"(decimal; did you mean {m.group(1)}{binary}?)"

@@ -27,7 +27,9 @@ free_completed, segment_alloc, segment_free, segment_map, segment_unmap, snapsho
 
 ``allocator_settings``: the configuration in force (``PYTORCH_CUDA_ALLOC_CONF``, ``max_split_size``,
 ``garbage_collection_threshold``, ``expandable_segments``, ``roundup_power2_divisions``, ...).
-``external_annotations``: record_function events, each a dict with ``device`` and ``time_us``.
+``external_annotations``: record_function events, each a dict with ``device`` and ``time_us``, and for
+record_function's the ``name`` and ``stage`` ('START' or 'END'). minialloc writes a START/END pair named
+``empty_cache`` around each empty_cache() call while it records history: the releases between them are the call's.
 
 Only what a reader needs is required; the other keys are type-checked when present, and keys not named
 here are kept as they are, so snapshots from older or newer PyTorch versions still load.
@@ -79,7 +81,8 @@ _SETTINGS: Fields = {
     "pinned_use_cuda_host_register": (bool, False), "graph_capture_record_stream_reuse": (bool, False),
     "roundup_power2_divisions": (dict, False),
 }
-_ANNOTATION: Fields = {"device": (int, False), "time_us": (int, False)}
+_ANNOTATION: Fields = {"device": (int, False), "time_us": (int, False), "name": (str, False),
+                       "stage": (str, False)}
 
 
 class SnapshotError(ValueError):

@@ -162,7 +162,8 @@ class DeviceStats:
             setattr(self, name, 0)
 
     def as_dict(self, max_split_size: int) -> dict[str, int]:
-        """The flat, sorted dict torch.cuda.memory_stats() returns ("allocated_bytes.all.peak": ...)."""
+        """The flat, sorted dict torch.cuda.memory_stats() returns ("allocated_bytes.all.peak": ...).
+        max_split_size is the allocator's stats.max_split_size: the setting when it was created, -1 if unset."""
         out: dict[str, int] = {}
         for name, stat in self.arrays.items():
             for t, type_name in enumerate(STAT_TYPES):

@@ -2,8 +2,8 @@
 
 The table is the same 75 columns as PyTorch's (torch/cuda/memory.py, memory_summary and its helpers
 _format_size/_format_count), row for row and space for space, so a student can put minialloc's report beside
-the one their GPU prints and compare them line by line. Only the title names minialloc instead of PyTorch; the
-"CUDA OOMs" and "cudaMalloc retries" labels stay, since they name the stats users already know.
+the one their GPU prints and compare them line by line. The title is PyTorch's too ("PyTorch CUDA memory summary,
+device ID N"): the report is identical to PyTorch 2.13's for the same memory_stats(), title included.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 WIDTH = 75  # characters inside the | borders
 
-_TITLE = "minialloc memory summary, device ID "
+_TITLE = "PyTorch CUDA memory summary, device ID "  # torch/cuda/memory.py memory_summary
 _COLUMNS = ("current", "peak", "allocated", "freed")  # Cur Usage, Peak Usage, Tot Alloc, Tot Freed
 _POOL_ROWS = (("all", None), ("large_pool", "      from large pool"), ("small_pool", "      from small pool"))
 
@@ -73,8 +73,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
 
 
 def _title_line(device: int, title: str = _TITLE) -> str:
-    # PyTorch pads its title so that with a one-digit device ID it sits mid-line (18 spaces before, 17 after);
-    # the same rule gives our shorter title 19 and 19. Longer IDs push into the right-hand padding, as there.
+    # PyTorch pads its title so that with a one-digit device ID it sits mid-line (18 spaces before, 17 after).
+    # Longer IDs push into the right-hand padding, as there.
     left = (WIDTH - len(title)) // 2
     return f"{'':{left}}{title}{device:<{WIDTH - left - len(title)}d}"
 

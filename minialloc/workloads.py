@@ -1,6 +1,6 @@
 """Workloads a student can read: plain lists of allocation events from small generators.
 
-An event is `Event(op, name, size, stream, label)`: op "alloc" asks for `size` bytes on `stream` and calls the
+An operation is `MemoryOp(op, name, size, stream, label)`: op "alloc" asks for `size` bytes on `stream` and calls the
 result `name`; op "free" frees what `name` holds; op "empty_cache" calls empty_cache(). `label` says what the
 memory is for, in words. Replay a list with minialloc.replay.replay(events, allocator).
 
@@ -17,7 +17,9 @@ from typing import NamedTuple
 from .sizes import GiB, MiB
 
 
-class Event(NamedTuple):
+class MemoryOp(NamedTuple):
+    """One allocator operation of a workload (not a device event: those are the device's)."""
+
     op: str  # "alloc", "free" or "empty_cache"
     name: str = ""
     size: int = 0
@@ -25,18 +27,18 @@ class Event(NamedTuple):
     label: str = ""
 
 
-def alloc(name: str, size: int, label: str = "", stream: int = 0) -> Event:
-    return Event("alloc", name, size, stream, label)
+def alloc(name: str, size: int, label: str = "", stream: int = 0) -> MemoryOp:
+    return MemoryOp("alloc", name, size, stream, label)
 
 
-def free(name: str) -> Event:
-    return Event("free", name)
+def free(name: str) -> MemoryOp:
+    return MemoryOp("free", name)
 
 
 CANONICAL_CAPACITY = 8 * GiB
 
 
-def canonical_scenario(layers: int = 8) -> list[Event]:
+def canonical_scenario(layers: int = 8) -> list[MemoryOp]:
     """The failure the course is about, on an 8 GiB GPU (CANONICAL_CAPACITY).
 
     Step 1 runs a big batch: each of 8 layers keeps an 840 MiB activation, so the allocator reserves eight
@@ -74,7 +76,7 @@ def training_steps(
     batch: int = 8,
     seq_lens: tuple[int, int] = (256, 2048),
     seed: int = 0,
-) -> list[Event]:
+) -> list[MemoryOp]:
     """Forward and backward passes of a transformer whose sequence length varies from step to step.
 
     Forward: per layer, an activation kept for backward (batch x seq x hidden, fp16) and attention scores
@@ -106,7 +108,7 @@ def inference_batches(
     prompt_lens: tuple[int, int] = (16, 1024),
     output_lens: tuple[int, int] = (16, 512),
     seed: int = 0,
-) -> list[Event]:
+) -> list[MemoryOp]:
     """Requests of varying length served `concurrency` at a time, each with a contiguous KV cache.
 
     A request allocates KV for its prompt plus its output (bytes_per_token defaults to OPT-13B's 800 KiB) and
@@ -114,7 +116,7 @@ def inference_batches(
     what paging (minialloc.paging) was invented to avoid.
     """
     rng = random.Random(seed)
-    events: list[Event] = []
+    events: list[MemoryOp] = []
     running: list[str] = []
     for r in range(requests):
         if len(running) >= concurrency:
@@ -129,8 +131,12 @@ def inference_batches(
     return events
 
 
-WORKLOADS = {
+TRACE_GENERATORS = {
     "canonical": canonical_scenario,
     "training": training_steps,
     "inference": inference_batches,
 }
+
+# the older names, which notebooks and tools use
+Event = MemoryOp
+WORKLOADS = TRACE_GENERATORS

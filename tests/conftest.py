@@ -1,8 +1,85 @@
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Markers are given here, by file and test name, so one place says what each part of the suite needs and how to
+# leave it out (`make check` runs `-m "not notebooks and not nbgrader and not browser and not slow"`). The names are
+# registered in pyproject.toml.
+MARKED_FILES = {
+    "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
+    "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
+                 "test_cert_gradebook.py"},
+    "browser": {"test_browser.py"},
+    "slow": {"test_binder.py", "test_wheel_contents.py"},
+    "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
+}
+# single tests that need what their file as a whole does not (file name, test function name, every parameter)
+MARKED_TESTS = {
+    "notebooks": {("test_viz.py", "test_in_a_notebook_each_plot_shows_once_and_the_stepper_exports_a_png")},
+    "nbgrader": {("test_i18n.py", "test_lab_round_trip_translate_build_grade_check")},
+    # the slowest of the rest (several seconds each, most starting a Python with torch or a compiler), so that
+    # `make check` stays under a minute; `make test` still runs them
+    "slow": {
+        ("test_replay.py", "test_pytorch_memory_viz_reads_minialloc_snapshots"),
+        ("test_snapshot.py", "test_memory_viz_plots_write_html_offline"),
+        ("test_snapshot.py", "test_memory_viz_stats_reads_fixture"),
+        ("test_snapshot.py", "test_memory_viz_trace_reads_a_minialloc_snapshot"),
+        ("test_snapshot.py", "test_memory_viz_trace_reads_fixture"),
+        ("test_kernels.py", "test_the_gpu_tests_attention_cases_pass_on_the_emulation"),
+        ("test_kernels.py", "test_the_attention_comparison_catches_a_broken_kernel"),
+        ("test_kernels.py", "test_a_cooperative_kernel_registered_as_plain_raises"),
+        ("test_kernels.py", "test_every_kernel_compiles_to_ptx"),
+        ("test_real_snapshots.py", "test_cli_check_and_replay_on_a_real_file"),
+        ("test_real_snapshots.py", "test_the_timeline_starts_from_the_state_at_the_first_entry"),
+        ("test_real_snapshots.py", "test_replay_from_the_rebuilt_state_lands_every_allocation_at_its_recorded_address"),
+        ("test_real_snapshots.py", "test_state_at_trace_start_is_public_and_in_the_snapshot_schema"),
+        ("test_serving.py", "test_paged_beats_contiguous_as_the_paper_measures_on_the_default_workload"),
+        ("test_gpu_check.py", "test_dry_run_prints_one_table_and_passes"),
+        ("test_gpu_check.py", "test_without_torch_and_cupy_it_says_so_in_one_line_and_still_prints_the_table"),
+        ("test_kernels.py", "test_the_comparison_catches_a_missing_stride_and_a_missing_atomic"),
+        ("test_cert_credential.py", "test_rdfc_round_trip_and_any_change_fails"),
+        ("test_compaction.py", "test_defragment_makes_a_failing_request_fit"),
+        ("test_compaction.py", "test_release_empty_gives_whole_segments_back"),
+        ("test_diagnose.py", "test_diagnose_a_real_training_step_at_its_peak"),
+        ("test_i18n.py", "test_lab_changed_english_goes_fuzzy_and_fails_the_check"),
+        ("test_real_snapshots.py",
+         "test_a_device_smaller_than_the_reserved_start_and_settings_that_do_not_match_the_run"),
+    },
+}
+
+
+SPREAD_FILES = {"test_course_exercises.py", "test_notebooks.py"}
+
+
+def _needs_a_gpu(item: pytest.Item) -> bool:
+    """A test that skips without CUDA is a GPU test, wherever it lives (its skipif names the GPU or CUDA)."""
+    for mark in item.iter_markers("skipif"):
+        reason = str(mark.kwargs.get("reason", ""))
+        if "GPU" in reason or "CUDA" in reason or "cuda" in reason:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        file = Path(str(item.fspath)).name
+        name = getattr(item, "originalname", item.name)
+        for marker, files in MARKED_FILES.items():
+            if file in files:
+                item.add_marker(marker)
+        for marker, tests in MARKED_TESTS.items():
+            if (file, name) in tests:
+                item.add_marker(marker)
+        if _needs_a_gpu(item):
+            item.add_marker("gpu")
+        # `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup): a file's tests stay together
+        # on one worker, so its module fixtures (a graded course, a JupyterLab server) are built once; the chapter
+        # and notebook runs, each in its own scratch folder, spread over both
+        if file not in SPREAD_FILES:
+            item.add_marker(pytest.mark.xdist_group(file))
 
 
 @pytest.fixture(autouse=True)

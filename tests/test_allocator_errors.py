@@ -140,3 +140,24 @@ def test_threads_keep_invariants():
     assert stats["allocation.all.current"] == 0 and stats["allocation.all.allocated"] == stats["allocation.all.freed"]
     a.empty_cache()
     assert gpu.used_bytes == 0
+
+
+@pytest.mark.parametrize("config", ["", "debug_guards:True", "expandable_segments:True"])
+@pytest.mark.parametrize("size", [2**60, 2**60 - 1, 2**64])
+def test_one_exabyte_or_more_is_refused_before_anything(config, size):
+    # NativeCachingAllocator::allocate checks size < 1 EB first (PyTorch 2.13); with debug guards the guard bytes
+    # can carry a request just under 1 EB over it, and the same error comes back, report-less.
+    from minialloc import OutOfMemoryError
+
+    a = CachingAllocator(SimulatedGPU("64MiB", store_data=True), config)
+    a.record_memory_history()
+    before = a.memory_stats()
+    with pytest.raises(OutOfMemoryError) as info:
+        a.malloc(size)
+    if size >= 2**60 or config == "debug_guards:True":
+        assert str(info.value) == "CUDA out of memory. Tried to allocate more than 1EB memory."
+        assert info.value.report is None and a.memory_stats() == before
+        assert a.snapshot()["device_traces"] == [[]]
+    else:  # just under 1 EB: the usual path, an ordinary OOM with its report
+        assert info.value.report is not None and a.memory_stats()["num_ooms"] == 1
+    a.check_invariants()

@@ -118,9 +118,11 @@ def test_oom_reports_2gib_for_2gib_request():
 
 def test_oom_reports_segment_size_for_3mib_request():
     _, a = make(capacity="16MiB")
+    a.record_memory_history()
     with pytest.raises(OutOfMemoryError, match=r"Tried to allocate 20\.00 MiB"):
         a.malloc(3 * MiB)
-    assert a.snapshot()["device_traces"][0][-2]["action"] == "oom"
+    oom = a.snapshot()["device_traces"][0][-1]
+    assert oom["action"] == "oom" and oom["size"] == 3 * MiB and oom["device_free"] == 16 * MiB
 
 
 # release_cached_blocks then retry (num_alloc_retries)
@@ -259,13 +261,24 @@ def test_memory_fraction_caps_reserved_and_is_reported():
     assert e.value.report.allowed == 4 * GiB
 
 
-@pytest.mark.parametrize("bad", [1.5, -0.1, "0.5", True, None])
-def test_invalid_fraction(bad):
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (1.5, ValueError, "Invalid fraction value: 1.5. Allowed range: 0~1"),
+        (-0.1, ValueError, "Invalid fraction value: -0.1. Allowed range: 0~1"),
+        ("0.5", TypeError, "Invalid type for fraction argument, must be `float`"),
+        (True, TypeError, "must be `float`"),
+        (None, TypeError, "must be `float`"),
+        (1, TypeError, "must be `float`"),  # an int, even a valid-looking one: torch/cuda/memory.py checks float
+    ],
+)
+def test_invalid_fraction(bad, error, message):
     _, a = make()
     before = a.memory_stats()
-    with pytest.raises(ValueError, match="invalid fraction"):
+    with pytest.raises(error) as info:
         a.set_per_process_memory_fraction(bad)
-    assert a.memory_stats() == before
+    assert str(info.value) == message or message in str(info.value)
+    assert a.memory_stats() == before and a.get_per_process_memory_fraction() == 1.0
 
 
 # garbage_collect_cached_blocks: with a fraction and a threshold, old cached blocks go before a retry is needed
@@ -273,7 +286,7 @@ def test_garbage_collection_frees_cached_blocks_instead_of_retrying():
     _, gc = make("garbage_collection_threshold:0.5", capacity="200MiB")
     _, plain = make(capacity="200MiB")
     for a in (gc, plain):
-        a.set_per_process_memory_fraction(1.0)
+        a.set_per_process_memory_fraction(0.999)  # under 1.0: a limit is set, so garbage collection acts
         ptrs = [a.malloc(40 * MiB) for _ in range(4)]
         for p in ptrs:
             a.free(p)
@@ -285,7 +298,8 @@ def test_garbage_collection_frees_cached_blocks_instead_of_retrying():
 
 def test_garbage_collection_frees_older_blocks_first():
     _, a = make("garbage_collection_threshold:0.6", capacity="100MiB")
-    a.set_per_process_memory_fraction(1.0)
+    a.record_memory_history()
+    a.set_per_process_memory_fraction(0.999)
     old, young = a.malloc(40 * MiB), a.malloc(40 * MiB)
     a.free(old)
     for _ in range(4):  # each large-pool lookup ages the cached blocks by one
@@ -349,7 +363,9 @@ def test_trace_ring_buffer_and_history_switch():
     for _ in range(5):
         a.free(a.malloc(512))
     trace = a.snapshot()["device_traces"][0]
-    assert len(trace) == 3 and trace[-1]["action"] == "snapshot"
+    assert [e["action"] for e in trace] == ["alloc", "free_requested", "free_completed"]
+    # the snapshot's own entry is written after its traces were gathered: the next snapshot shows it
+    assert a.snapshot()["device_traces"][0][-1]["action"] == "snapshot"
     a.record_memory_history(enabled=False)
     a.malloc(512)
     assert a.snapshot()["device_traces"] == [[]]
@@ -361,3 +377,198 @@ def test_stacks_are_recorded_when_asked():
     a.malloc(512)
     frames = a.snapshot()["segments"][0]["blocks"][0]["frames"]
     assert frames and frames[0]["name"] == "test_stacks_are_recorded_when_asked"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 15: PyTorch 2.13, exactly. One worked example per item, with PyTorch 2.13's outcome and where it comes
+# from. "2.13 parser" results were measured by running PyTorch 2.13.0's own c10 parser
+# (AcceleratorAllocatorConfig::parseArgs, reachable on a CPU build as torch._C._accelerator_setAllocatorSettings);
+# the allocator's lines are DeviceCachingAllocator / NativeCachingAllocator in c10/cuda/CUDACachingAllocator.cpp.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+# 1. AcceleratorAllocatorConfig::parseArgs starts with "max_split_size_ = SIZE_MAX;
+#    roundup_power2_divisions_.assign(16, 0); garbage_collection_threshold_ = 0; max_non_split_rounding_size_ =
+#    large_segment_size_" before it reads the string. 2.13 parser: after
+#    "max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.5", the string
+#    "expandable_segments:True" leaves max_split_size -1 (unset), divisions all 0, threshold 0, expandable True.
+def test_issue15_1_runtime_settings_reparse_from_defaults():
+    _, a = make("max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.5")
+    a.set_allocator_settings("expandable_segments:True")
+    c = a.config
+    assert (c.max_split_size, c.garbage_collection_threshold, c.expandable_segments) == (None, 0.0, True)
+    assert c.roundup_power2_divisions == (0,) * 16
+    # and the allocator follows: 1200 B is no longer rounded to a quarter step, 600 MiB blocks are split again
+    p = a.malloc(1200)
+    assert a.snapshot()["segments"][0]["blocks"][0]["size"] == 1536  # 512-rounding only (1280 with divisions 4)
+    a.free(p)
+    settings = a.snapshot()["allocator_settings"]
+    assert settings["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"  # last_allocator_settings_
+    assert settings["max_split_size"] == -1 and settings["garbage_collection_threshold"] == 0.0
+    # expandable_segments survives a later string that does not name it (the 2.13 parser keeps it)
+    a.set_allocator_settings("max_split_size_mb:64")
+    assert a.config.expandable_segments and a.config.max_split_size == 64 * MiB
+
+
+# 2. DeviceCachingAllocator::setMemoryFraction: "allowed_memory_maximum = std::nullopt; if (fraction < 1.0)
+#    allowed_memory_maximum = fraction * totalGlobalMem", and malloc garbage-collects only "if
+#    (allowed_memory_maximum.has_value() && garbage_collection_threshold() > 0.0)". torch/cuda/memory.py 2.13:
+#    "if not isinstance(fraction, float): raise TypeError(...)". So 1.0 is "no limit" and GC stays off.
+def test_issue15_2_fraction_one_means_no_limit_and_no_gc():
+    runs = {}
+    for name, config, fraction in (("native", "", None), ("gc at 1.0", "garbage_collection_threshold:0.5", 1.0),
+                                   ("gc at 0.999", "garbage_collection_threshold:0.5", 0.999)):
+        _, a = make(config, capacity="200MiB")
+        if fraction is not None:
+            a.set_per_process_memory_fraction(fraction)
+        for p in [a.malloc(40 * MiB) for _ in range(4)]:
+            a.free(p)
+        a.malloc(50 * MiB)
+        runs[name] = (stat(a, "num_alloc_retries"), a.memory_reserved())
+    assert runs["gc at 1.0"] == runs["native"] == (1, 50 * MiB)  # same as no threshold at all
+    assert runs["gc at 0.999"] == (0, 50 * MiB)  # a real limit: garbage collection made room, no retry
+    _, a = make()
+    a.set_per_process_memory_fraction(0.5)
+    a.set_per_process_memory_fraction(1.0)  # lifts the limit again
+    assert a.get_per_process_memory_fraction() == 1.0
+    a.malloc(6 * GiB)
+    with pytest.raises(TypeError, match="must be `float`"):
+        a.set_per_process_memory_fraction(1)
+
+
+# 3. record_trace: "if (!record_history && trace_trackers_.empty()) return;" and record_history starts false
+#    (memory.py: _record_memory_history switches it on). Entries carry frames only with a context
+#    (memory_snapshot.cpp); user_metadata is "" unless torch.cuda.memory._set_memory_metadata set it.
+def test_issue15_3_history_is_off_until_asked():
+    _, a = make()
+    a.free(a.malloc(3 * MiB))
+    assert a.snapshot()["device_traces"] == [[]]  # PyTorch: [[]] before _record_memory_history()
+    a.record_memory_history()
+    p = a.malloc(3 * MiB)
+    a.set_memory_metadata("step 1")
+    a.free(p)
+    a.empty_cache()
+    snap = a.snapshot()
+    trace = snap["device_traces"][0]
+    assert [e["action"] for e in trace] == ["alloc", "free_requested", "free_completed", "segment_free"]
+    assert list(trace[0]) == ["action", "addr", "size", "stream", "time_us", "compile_context", "user_metadata"]
+    assert [e["user_metadata"] for e in trace] == ["", "step 1", "step 1", "step 1"]
+    assert all(e["stream"] == 0 for e in trace)  # the default stream is 0, as PyTorch writes it
+    # empty_cache's releases are marked by annotations around them, not in the entries
+    start, end = snap["external_annotations"]
+    assert (start["name"], start["stage"], end["stage"]) == ("empty_cache", "START", "END")
+    assert start["time_us"] <= trace[3]["time_us"] <= end["time_us"] and trace[2]["time_us"] < start["time_us"]
+    a.record_memory_history(stacks=True)
+    a.malloc(512)
+    seg_alloc, alloc = a.snapshot()["device_traces"][0][-2:]
+    assert (seg_alloc["action"], alloc["action"]) == ("segment_alloc", "alloc")
+    for entry in (seg_alloc, alloc):  # with stacks, segment entries carry the malloc's context too
+        assert entry["frames"][0]["name"] == "test_issue15_3_history_is_off_until_asked"
+
+
+# 4. parseRoundUpPower2Divisions: '>' fills from last_index + 1, so the last explicit interval keeps its value.
+#    2.13 parser: [256:1,512:2,1024:4,>:8] -> 1 1 1 1 1 1 1 1 1 2 4 8 8 8 8 8 (2.9 and earlier: entry 10 = 8).
+def test_issue15_4_greater_bucket_keeps_the_last_interval():
+    _, a = make("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")
+    assert a.config.roundup_power2_divisions == (1,) * 9 + (2, 4) + (8,) * 5
+    # a 1.3 GiB request is in the 1024 MB class: quarters of [1 GiB, 2 GiB), not eighths
+    p = a.malloc(1300 * MiB)
+    assert a.snapshot()["segments"][0]["total_size"] == 1280 * MiB + 256 * MiB
+    a.free(p)
+
+
+# 5. DeviceCachingAllocator::malloc's TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to
+#    allocate ", ..., " is allocated by PyTorch, ", private_pool_msg, "and ", ..., " If reserved but unallocated
+#    memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ...") - the hint always;
+#    reportProcessMemoryInfo returns "" without NVML.
+def test_issue15_5_oom_message_is_pytorchs_then_minialloc_line():
+    _, a = make("expandable_segments:True", capacity="1GiB")
+    a.malloc(900 * MiB)
+    with pytest.raises(OutOfMemoryError) as info:
+        a.malloc(300 * MiB)
+    pytorch_text, ours = str(info.value).split("\n")
+    assert pytorch_text == (
+        "CUDA out of memory. Tried to allocate 300.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which "
+        "124.00 MiB is free. Of the allocated memory 900.00 MiB is allocated by PyTorch, and 0 bytes is reserved "
+        "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+        "Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-"
+        "cuda-alloc-conf)"
+    )  # the hint is printed although expandable segments are on, as PyTorch prints it
+    assert ours == "minialloc: the largest free block is 124.00 MiB of 124.00 MiB free in all (fragmentation 0.00)."
+
+
+def test_issue15_5_per_process_lines_come_from_the_device():
+    import os
+
+    class NVMLGPU(SimulatedGPU):
+        def process_memory_info(self) -> list[tuple[int, int]]:
+            return [(os.getpid(), self.used_bytes), (4242, 2 * GiB)]
+
+    a = CachingAllocator(NVMLGPU("1GiB"), "")
+    a.malloc(900 * MiB)
+    with pytest.raises(OutOfMemoryError, match=r"is free\. Including non-PyTorch memory, this process has "
+                       r"900\.00 MiB memory in use\. Process 4242 has 2\.00 GiB memory in use\. Of the allocated"):
+        a.malloc(300 * MiB)
+
+
+# 6. The DeviceCachingAllocator constructor: "stats.max_split_size = AcceleratorAllocatorConfig::max_split_size()";
+#    nothing sets it afterwards. The snapshot's allocator_settings reads the live config (NativeCachingAllocator::
+#    snapshot: md.max_split_size = AcceleratorAllocatorConfig::max_split_size()).
+def test_issue15_6_stats_max_split_size_is_fixed_at_creation():
+    _, a = make()
+    a.set_allocator_settings("max_split_size_mb:64")
+    assert a.memory_stats()["max_split_size"] == -1
+    assert a.snapshot()["allocator_settings"]["max_split_size"] == 64 * MiB
+    _, b = make("max_split_size_mb:64")
+    b.set_allocator_settings("")
+    assert b.memory_stats()["max_split_size"] == 64 * MiB
+
+
+# 7. NativeCachingAllocator::allocate: "TORCH_CHECK_WITH(OutOfMemoryError, size < one_exa_bytes, "CUDA out of
+#    memory. Tried to allocate more than 1EB memory.")" before malloc: no counter, no trace entry.
+def test_issue15_7_one_exabyte_is_refused_at_once():
+    _, a = make()
+    a.record_memory_history()
+    before = a.memory_stats()
+    with pytest.raises(OutOfMemoryError) as info:
+        a.malloc(2**60)
+    assert str(info.value) == "CUDA out of memory. Tried to allocate more than 1EB memory."
+    assert info.value.report is None
+    assert a.memory_stats() == before and a.snapshot()["device_traces"] == [[]]
+    with pytest.raises(OutOfMemoryError, match="Tried to allocate 1024.00 GiB"):  # just under: the usual path
+        a.malloc(2**40)
+    assert stat(a, "num_ooms") == 1
+
+
+# 8. parseMaxSplitSize: "max_split_size_mb too small, must be >= " large_segment_size / kMB (20 by default);
+#    parseLargeSegmentSize: "must be > 10 MB"; get_allocation_size returns large_segment_size() for requests
+#    under kMinLargeAlloc, and find_expandable_block sizes the large pool's pages by it;
+#    DeviceCachingAllocator's constructor calls setMemoryFraction(per_process_memory_fraction()).
+def test_issue15_8_config_keys_of_2_13():
+    _, a = make("max_split_size_mb:20")
+    assert a.memory_stats()["max_split_size"] == 20 * MiB
+    from minialloc import ConfigError
+
+    with pytest.raises(ConfigError, match="must be >= 20"):
+        make("max_split_size_mb:19")
+    _, b = make("large_segment_size_mb:40")
+    b.malloc(3 * MiB)
+    assert b.memory_reserved() == 40 * MiB  # the 1-10 MiB segment is the large segment size
+    _, e = make("large_segment_size_mb:40,expandable_segments:True")
+    e.malloc(3 * MiB)
+    assert e.memory_reserved() == 40 * MiB and e.expandable_segments[0].page_size == 40 * MiB
+    _, f = make("per_process_memory_fraction:0.5")
+    assert f.get_per_process_memory_fraction() == 0.5
+    f.malloc(3 * GiB)
+    with pytest.raises(OutOfMemoryError, match=r"4\.00 GiB allowed; "):
+        f.malloc(2 * GiB)
+    f.set_allocator_settings("per_process_memory_fraction:1.0")  # read at creation only
+    assert f.get_per_process_memory_fraction() == 0.5
+
+
+# 9. torch/cuda/memory.py memory_summary: "PyTorch CUDA memory summary, device ID {device_index:<17d}" centred
+#    in 75 columns (tests/test_summary.py compares the whole table with torch's own function).
+def test_issue15_9_summary_title_is_pytorchs():
+    _, a = make()
+    assert a.memory_summary().split("\n")[1] == f"|{'':18}PyTorch CUDA memory summary, device ID 0{'':17}|"

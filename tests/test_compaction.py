@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minialloc import CachingAllocator, InvalidPointerError, MiB, OutOfMemoryError, SimulatedGPU
-from minialloc import compaction as compaction_mod
 from minialloc.debug import GUARD_BYTES, GuardViolation, HostData, KernelData
 from minialloc.kernels.reference import POISON
 from minialloc.workloads import canonical_scenario
@@ -124,6 +123,7 @@ def test_pinned_blocks_stay_put():
 
 def test_trace_records_moves_as_free_and_alloc():
     gpu, a, live = fragmented("64MiB")
+    a.record_memory_history()  # history is off until asked, as in PyTorch
     a.defragment()
     moves = [t for t in a.snapshot()["device_traces"][0] if t["user_metadata"] == "defragment"]
     assert [t["action"] for t in moves[:3]] == ["free_requested", "free_completed", "alloc"]
@@ -254,9 +254,8 @@ def test_moves_through_the_cuda_kernels(monkeypatch):
         kernels = EmulatedKernels.build(order=1)
     except EmulationUnavailable as e:
         pytest.skip(str(e))
-    monkeypatch.setattr(compaction_mod, "device_data",
-                        lambda device: KernelData(device.view, lambda stream: kernels))
     gpu = SimulatedGPU("64MiB", store_data=True)
+    monkeypatch.setattr(gpu, "data", lambda: KernelData(gpu.view, lambda stream: kernels))  # what CudaGPU.data is
     a = CachingAllocator(gpu)
     bufs = [a.buffer(3 * MiB + 512 * i) for i in range(6)]
     rng = np.random.default_rng(2)

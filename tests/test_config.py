@@ -87,12 +87,17 @@ def test_settings_dict_with_values():
         ("pinned_num_register_threads:8", "pinned_num_register_threads", 8),
         ("pinned_num_register_threads:128", "pinned_num_register_threads", 128),
         ("debug_guards:True", "debug_guards", True),
+        ("large_segment_size_mb:11", "large_segment_size", 11 * MiB),
+        ("per_process_memory_fraction:0.5", "per_process_memory_fraction", 0.5),
+        ("per_process_memory_fraction:0", "per_process_memory_fraction", 0.0),
+        ("per_process_memory_fraction:1", "per_process_memory_fraction", 1.0),
     ],
 )
 def test_each_key(text, field, value):
     c = parse(text)
     assert getattr(c, field) == value
-    others = {f.name for f in dataclasses.fields(c)} - {field, "text"}
+    # large_segment_size_mb also moves max_non_split_rounding's default (PyTorch's default is the large segment)
+    others = {f.name for f in dataclasses.fields(c)} - {field, "text", "max_non_split_rounding"}
     assert all(getattr(c, f) == getattr(AllocatorConfig(), f) for f in others)
 
 
@@ -187,8 +192,14 @@ def test_roundup_divisions_for_size_class(size, index):
         ("max_split_size_mb:12abc", ["'12abc'"]),
         ("max_split_size_mb:-1", ["'-1'"]),
         ("max_split_size_mb:1.5", ["'1.5'"]),
-        ("max_split_size_mb:19", ["max_split_size_mb", "19 is too small", ">= 20"]),
-        ("max_non_split_rounding_mb:10", ["max_non_split_rounding_mb", "too small"]),
+        ("max_split_size_mb:19", ["CachingAllocator option max_split_size_mb too small, must be >= 20", "got 19"]),
+        ("max_non_split_rounding_mb:10", ["option max_non_split_rounding_mb too small, must be >= 20"]),
+        ("large_segment_size_mb:10", ["CachingAllocator option large_segment_size_mb must be > 10 MB"]),
+        ("large_segment_size_mb:abc", ["large_segment_size_mb", "'abc' is not a whole number"]),
+        ("max_split_size_mb:30,large_segment_size_mb:40", ["max_split_size_mb too small, must be >= 40"]),
+        ("large_segment_size_mb:40,max_non_split_rounding_mb:39", ["rounding_mb too small, must be >= 40"]),
+        ("per_process_memory_fraction:1.5", ["per_process_memory_fraction is invalid, set it in [0.0, 1.0]"]),
+        ("per_process_memory_fraction:half", ["per_process_memory_fraction", "'half'"]),
         ("max_split_size_mb:40:50", ["max_split_size_mb", "expected ','", "':'"]),
         ("garbage_collection_threshold:0", ["garbage_collection_threshold", "between 0.0 and 1.0"]),
         ("garbage_collection_threshold:1.0", ["garbage_collection_threshold", "out of range"]),
@@ -267,6 +278,9 @@ def test_with_changes():
         {"roundup_power2_divisions": (4,) * 15},
         {"roundup_power2_divisions": (3,) * 16},
         {"pinned_num_register_threads": 6},
+        {"large_segment_size": 10 * MiB},
+        {"per_process_memory_fraction": 1.5},
+        {"large_segment_size": 40 * MiB, "max_split_size": 30 * MiB},
     ],
 )
 def test_with_changes_validates(changes):
@@ -323,6 +337,7 @@ _VALUES = {
     "pinned_use_cuda_host_register": st.sampled_from(["True", "False"]),
     "pinned_num_register_threads": st.integers(0, 7).map(lambda k: str(2**k)),
     "debug_guards": st.sampled_from(["True", "False"]),
+    "per_process_memory_fraction": st.floats(0.0, 1.0).map(lambda x: f"{x:.3f}"),
 }
 _valid_texts = st.lists(
     st.sampled_from(sorted(_VALUES)).flatmap(lambda key: _VALUES[key].map(lambda v: f"{key}:{v}")), max_size=6
@@ -360,3 +375,107 @@ def test_near_miss_text_raises_only_config_error(text):
         return
     assert parse(c.text) == c
     assert len(c.roundup_power2_divisions) == 16
+
+
+# --- PyTorch 2.13: large_segment_size_mb, per_process_memory_fraction, runtime changes (issue 15) ---
+
+
+def test_large_segment_size_sets_the_least_split_sizes():
+    # Measured with PyTorch 2.13.0's AcceleratorAllocatorConfig: large_segment_size_mb:40 gives
+    # max_non_split_rounding_size() == 40 MiB, and max_split_size_mb must then be >= 40.
+    c = parse("large_segment_size_mb:40")
+    assert (c.large_segment_size, c.max_non_split_rounding, c.max_split_size) == (40 * MiB, 40 * MiB, None)
+    assert parse("large_segment_size_mb:40,max_split_size_mb:40").max_split_size == 40 * MiB
+    # Taken before the sizes it bounds, wherever it stands in the string; the last one wins.
+    assert parse("max_split_size_mb:30,large_segment_size_mb:20").max_split_size == 30 * MiB
+    assert parse("large_segment_size_mb:40,large_segment_size_mb:12").large_segment_size == 12 * MiB
+    assert parse("max_split_size_mb:20").max_split_size == 20 * MiB  # 20 accepted, as since 2.9
+
+
+def test_runtime_change_reparses_from_defaults():
+    # torch._C._accelerator_setAllocatorSettings in 2.13: parseArgs resets max_split_size, the rounding
+    # divisions, garbage_collection_threshold and max_non_split_rounding (to the large segment size) first.
+    c = parse("max_split_size_mb:128,roundup_power2_divisions:4,garbage_collection_threshold:0.5,"
+              "max_non_split_rounding_mb:64")
+    d = c.updated("expandable_segments:True")
+    assert d.expandable_segments
+    assert d.max_split_size is None and d.roundup_power2_divisions == (0,) * 16
+    assert d.garbage_collection_threshold == 0.0 and d.max_non_split_rounding == 20 * MiB
+    assert d.text == "expandable_segments:True"  # last_allocator_settings: the last string, not a concatenation
+    # ... and keeps the rest: expandable_segments, large_segment_size_mb and the CUDA-side keys.
+    e = parse("expandable_segments:True,large_segment_size_mb:40,per_process_memory_fraction:0.5,"
+              "release_lock_on_cudamalloc:True,pinned_num_register_threads:8").updated("max_split_size_mb:64")
+    assert e.expandable_segments and e.large_segment_size == 40 * MiB and e.max_non_split_rounding == 40 * MiB
+    assert e.per_process_memory_fraction == 0.5 and e.release_lock_on_cudamalloc
+    assert e.pinned_num_register_threads == 8 and e.max_split_size == 64 * MiB
+    # the kept large segment still bounds max_split_size_mb
+    with pytest.raises(ConfigError, match="must be >= 40"):
+        e.updated("max_split_size_mb:30")
+    assert parse("").updated("") == AllocatorConfig()
+
+
+def test_with_changes_moves_default_rounding_with_the_large_segment():
+    assert AllocatorConfig().with_changes(large_segment_size=40 * MiB).max_non_split_rounding == 40 * MiB
+    assert parse("max_non_split_rounding_mb:64").with_changes(
+        large_segment_size=40 * MiB).max_non_split_rounding == 64 * MiB
+
+
+_torch = pytest.importorskip("torch")
+
+
+def _pytorch_error(text: str) -> str | None:
+    """PyTorch 2.13's own parser (the one in c10, which a CPU build has): its error message, or None."""
+    try:
+        _torch._C._accelerator_setAllocatorSettings(text)
+    except Exception as e:  # noqa: BLE001 - TORCH_CHECK raises RuntimeError, TORCH_CHECK_VALUE ValueError
+        return str(e).split("\nException raised from")[0]
+    finally:
+        # back to the defaults, including the two settings a later parse keeps
+        _torch._C._accelerator_setAllocatorSettings("large_segment_size_mb:20,expandable_segments:False")
+    return None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_split_size_mb:19",
+        "max_non_split_rounding_mb:19",
+        "large_segment_size_mb:10",
+        "max_split_size_mb:30,large_segment_size_mb:40",
+        "large_segment_size_mb:40,max_non_split_rounding_mb:30",
+    ],
+)
+def test_size_errors_are_pytorchs(text):
+    expected = _pytorch_error(text)
+    assert expected is not None and expected.startswith("CachingAllocator option")
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["max_split_size_mb:20", "large_segment_size_mb:11", "large_segment_size_mb:40,max_split_size_mb:40",
+     "max_split_size_mb:30,large_segment_size_mb:20", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"],
+)
+def test_pytorch_accepts_what_minialloc_accepts(text):
+    assert _pytorch_error(text) is None
+    parse(text)
+
+
+_FIELD_OF_KEY = {"max_split_size_mb": "max_split_size", "max_non_split_rounding_mb": "max_non_split_rounding",
+                 "large_segment_size_mb": "large_segment_size"}
+_RESET = {"max_split_size", "max_non_split_rounding", "garbage_collection_threshold", "roundup_power2_divisions"}
+
+
+@given(_valid_texts, _valid_texts)
+def test_runtime_change_is_a_fresh_parse_for_the_reset_keys_and_keeps_the_rest(first, second):
+    before = parse(first)
+    after = before.updated(second)
+    fresh = parse(second)
+    named = {_FIELD_OF_KEY.get(item.split(":")[0], item.split(":")[0]) for item in second.split(",") if item}
+    for f in dataclasses.fields(AllocatorConfig):
+        if f.name in _RESET or f.name in named or f.name == "text":
+            assert getattr(after, f.name) == getattr(fresh, f.name), f.name
+        else:
+            assert getattr(after, f.name) == getattr(before, f.name), f.name

@@ -4,6 +4,7 @@ over a fake CuPy and a fake libcuda; with a GPU, the allocator's invariants on t
 from __future__ import annotations
 
 import ctypes
+import inspect
 import random
 import shutil
 import subprocess
@@ -20,7 +21,6 @@ from minialloc import (
     OutOfMemoryError,
     SimulatedGPU,
     backends,
-    cuda_device,
 )
 from minialloc.cuda_device import (
     CudaGPU,
@@ -31,6 +31,8 @@ from minialloc.cuda_device import (
     NoCudaGPU,
     cuda_unavailable_reason,
 )
+from minialloc.devices import Device, StreamEvent
+from minialloc.devices import cuda as cuda_device  # where CudaGPU's code lives: patch here, not minialloc.cuda_device
 from minialloc.sizes import GiB, MiB
 
 CUDA_H = next((p for p in (Path("/usr/local/cuda/include/cuda.h"),) if p.exists()), None)
@@ -229,6 +231,10 @@ class FakeLibcuda:
         out._obj.value = {1: b"CUDA_ERROR_INVALID_VALUE", 2: b"CUDA_ERROR_OUT_OF_MEMORY"}.get(code, b"?")
         return 0
 
+    def _cuGetErrorString(self, code, out):
+        out._obj.value = {1: b"invalid argument", 2: b"out of memory"}.get(code, b"?")
+        return 0
+
     def _cuDeviceGet(self, out, ordinal):
         out._obj.value = ordinal
         return 0
@@ -323,16 +329,40 @@ def test_driver_errors_become_minialloc_errors(fake):
     with pytest.raises(DeviceOutOfMemory, match="CUDA_ERROR_OUT_OF_MEMORY"):
         prop = CUmemAllocationProp(type=1, location=CUmemLocation(type=1, id=0))
         drv("cuMemCreate", ctypes.byref(ctypes.c_ulonglong()), 16 * GiB, ctypes.byref(prop), 0)
-    with pytest.raises(DeviceError, match="cuMemUnmap failed: CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(DeviceError, match=r"cuMemUnmap failed: CUDA_ERROR_INVALID_VALUE \(invalid argument\)"):
         drv("cuMemUnmap", 0x1000, 2 * MiB)
 
 
-def test_cudagpu_offers_the_simulators_interface(fake):
+def _protocol_members(protocol: type) -> dict[str, inspect.Signature | None]:
+    """The Device protocol's methods with their signatures (None for its data attributes)."""
+    members: dict[str, inspect.Signature | None] = dict.fromkeys(getattr(protocol, "__annotations__", {}))
+    for name, value in vars(protocol).items():
+        if callable(value) and not name.startswith("_"):
+            members[name] = inspect.signature(value)
+    return members
+
+
+def test_both_devices_implement_the_device_protocol(fake):
+    """Device (minialloc.devices.base) is exactly what the allocator and expandable segments call: both devices
+    offer every member, with the protocol's parameters, and record_event gives a StreamEvent."""
     gpu = CudaGPU()
-    public = {n for n in dir(SimulatedGPU(2 * MiB)) if not n.startswith("_")}
-    assert public <= {n for n in dir(gpu) if not n.startswith("_")}
-    assert (gpu.kind, gpu.name, gpu.index, gpu.total_memory, gpu.granularity) == ("cuda", "Fake GPU", 0, 8 * GiB,
-                                                                                  2 * MiB)
+    for device in (gpu, SimulatedGPU(2 * MiB), SimulatedGPU(2 * MiB, store_data=True)):
+        assert isinstance(device, Device), type(device).__name__
+        for name, signature in _protocol_members(Device).items():
+            assert hasattr(device, name), (type(device).__name__, name)
+            if signature is not None:
+                expected = [(p.name, p.kind, p.default) for p in list(signature.parameters.values())[1:]]
+                params = inspect.signature(getattr(device, name)).parameters.values()
+                got = [(p.name, p.kind, p.default) for p in params]
+                assert got == expected, (type(device).__name__, name, got, expected)
+        assert isinstance(device.record_event(0), StreamEvent)
+    sim = SimulatedGPU(2 * MiB)
+    # replaying at recorded addresses is the simulator's alone: no part of the protocol, absent on a real GPU
+    assert not set(sim.PLACEMENT_METHODS) & set(_protocol_members(Device))
+    assert sim.supports_placement and not gpu.supports_placement
+    assert not any(hasattr(gpu, name) for name in sim.PLACEMENT_METHODS)
+    assert sim.data() is None and gpu.data() is not None  # bytes behind addresses: a real GPU has them
+    assert (gpu.name, gpu.index, gpu.total_memory, gpu.granularity) == ("Fake GPU", 0, 8 * GiB, 2 * MiB)
 
 
 def test_cudagpu_malloc_free_limit_and_injected_failures(fake):
@@ -468,3 +498,54 @@ def test_allocator_invariants_on_a_real_gpu(config):
     gpu = CudaGPU(limit="2GiB")
     run_random_trace(CachingAllocator(gpu, config), seed=1, steps=1000)
     assert gpu.used_bytes == 0 and gpu.mapped_pages == 0
+
+
+class FakeNvml:
+    """nvmlDeviceGetHandleByPciBusId_v2 and nvmlDeviceGetComputeRunningProcesses_v3 with NVML's buffer protocol:
+    too small a buffer answers NVML_ERROR_INSUFFICIENT_SIZE with the count needed."""
+
+    def __init__(self, processes: list[tuple[int, int]], bus_id: str = "00000000:3B:00.0") -> None:
+        self.processes, self.bus_id, self.calls = processes, bus_id, 0
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id: bytes, handle) -> int:
+        if bus_id.decode() != self.bus_id:
+            return 13  # NVML_ERROR_NOT_FOUND
+        handle._obj.value = 0xD0
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle, count, infos) -> int:
+        self.calls += 1
+        if count._obj.value < len(self.processes):
+            count._obj.value = len(self.processes)
+            return cuda_device.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (pid, used) in enumerate(self.processes):
+            infos[i].pid, infos[i].usedGpuMemory = pid, used
+        count._obj.value = len(self.processes)
+        return 0
+
+
+def test_nvml_lists_processes_by_pci_bus_id_and_retries_a_short_buffer():
+    many = [(1000 + i, i * MiB) for i in range(20)]  # more than the first buffer of 16
+    lib = FakeNvml(many + [(99, cuda_device.NVML_VALUE_NOT_AVAILABLE)])
+    assert cuda_device.nvml_processes(lib, lib.bus_id) == many  # "not available" is left out, as nvidia-smi does
+    assert lib.calls == 2
+    assert cuda_device.nvml_processes(lib, "00000000:AF:00.0") == []  # another device: nothing, never an error
+
+
+def test_cudagpu_oom_message_names_the_processes_nvml_lists(fake, monkeypatch):
+    import os
+
+    lib = FakeNvml([(os.getpid(), 3 * GiB), (4242, 2 * GiB)])
+    monkeypatch.setattr(cuda_device, "nvml", lambda: lib)
+    fake.cupy.cuda.runtime.deviceGetPCIBusId = lambda index: lib.bus_id
+    gpu = CudaGPU(limit="1GiB")
+    alloc = CachingAllocator(gpu)
+    with pytest.raises(OutOfMemoryError) as err:
+        alloc.malloc(2 * GiB)
+    text = str(err.value)
+    assert "Including non-PyTorch memory, this process has 3.00 GiB memory in use. " in text
+    assert "Process 4242 has 2.00 GiB memory in use. " in text
+    monkeypatch.setattr(cuda_device, "nvml", lambda: None)  # no NVML: no per-process sentence, as in PyTorch
+    with pytest.raises(OutOfMemoryError) as err:
+        alloc.malloc(2 * GiB)
+    assert "memory in use" not in str(err.value)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from minialloc import CachingAllocator, ConfigError, DeviceError, MiB, OutOfMemoryError, SimulatedGPU
-from minialloc import debug as debug_mod
-from minialloc.debug import GUARD_BYTES, GUARD_PATTERN, GuardViolation, HostData, KernelData
+from minialloc.debug import GUARD_BYTES, GUARD_PATTERN, Guards, GuardViolation, HostData, KernelData
 from minialloc.device import DataGPU
 from minialloc.kernels import reference
 from minialloc.kernels.reference import POISON
@@ -152,6 +151,7 @@ def test_new_memory_is_zeroed_and_guarded():
 
 def test_requested_bytes_stay_the_programs():
     gpu, a = guarded()
+    a.record_memory_history()  # history is off until asked, as in PyTorch
     p = a.malloc(512)
     stats = a.memory_stats()
     assert stats["requested_bytes.all.current"] == 512
@@ -275,9 +275,10 @@ def test_kernel_data_runs_the_guards_through_the_cuda_kernels(emulated, monkeypa
     """KernelData is what a CudaGPU gets; here its kernels are the .cu sources compiled for the CPU, and its
     arrays views of the simulator's bytes."""
     gpu = SimulatedGPU("64MiB", store_data=True)
-    monkeypatch.setattr(debug_mod, "device_data", lambda device: KernelData(gpu.view, lambda stream: emulated))
+    monkeypatch.setattr(gpu, "data", lambda: KernelData(gpu.view, lambda stream: emulated))  # what CudaGPU.data is
     a = CachingAllocator(gpu, "debug_guards:True")
-    assert isinstance(a._debug.data, KernelData)
+    guards = a.find_extension(Guards)
+    assert guards is not None and isinstance(guards.data, KernelData)
     p = a.malloc(1000)
     assert not gpu.view(p, 1000).any() and (gpu.view(p + 1000, GUARD_BYTES) == GUARD).all()
     gpu.view(p + 1003, 1)[0] = 0
@@ -285,7 +286,7 @@ def test_kernel_data_runs_the_guards_through_the_cuda_kernels(emulated, monkeypa
         a.free(p)
     assert (info.value.offset, info.value.found) == (1003, 0)
     assert (gpu.view(p, 1024) == POISON_BYTE).all()
-    data = a._debug.data
+    data = guards.data
     data.write(p + 8, np.arange(100, dtype=np.uint8))
     data.move(p + 3, p + 8, 100)  # overlapping: move_plan's block_copy launches
     assert list(data.read(p + 3, 100)) == list(range(100))

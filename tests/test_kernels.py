@@ -410,21 +410,16 @@ def test_a_cooperative_kernel_registered_as_plain_raises(build_dir, tmp_path, mo
 
 
 def test_gpu_checks_attention_benchmark_runs_on_the_emulation(build_dir):
-    """tools/gpu_check.py's benchmark (workload, timing, bandwidth and overhead rows) only runs for real on a GPU;
-    here the same code runs on the CPU emulation with a wall-clock timer, so a slip in it shows before then."""
-    import importlib.util
-    import time
-
-    spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).parent.parent / "tools" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    """The attention benchmark (workload, timing; gpu_check's bandwidth and overhead rows) only runs for real on a
+    GPU; here the same code runs on the CPU emulation with a wall-clock timer, so a slip in it shows before then."""
+    from minialloc.kernels.bench import attention_benchmark, attention_workload
+    from minialloc.timing import once
+    from tools import gpu_check
 
     def seconds(fn):
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
+        return once(fn)[1]
 
-    w = gpu_check.attention_workload(np, 3, 2, 8, 4, (5, 13), seed=1)
+    w = attention_workload(np, 3, 2, 8, 4, (5, 13), seed=1)
     for s, n in enumerate(w["lens"]):  # the contiguous copy holds each position's slot, read through the table
         for pos in range(n):
             assert np.array_equal(w["k"][s, pos], w["kv"][w["tables"][s, pos // 4], 0, pos % 4])
@@ -433,9 +428,8 @@ def test_gpu_checks_attention_benchmark_runs_on_the_emulation(build_dir):
     assert sorted(used.tolist()) == list(range(w["kv"].shape[0]))  # every block of the cache, each once
     kv_read = sum(w["k"][s, :n].nbytes + w["v"][s, :n].nbytes for s, n in enumerate(w["lens"]))
     assert w["kv_bytes"] == kv_read + 2 * w["q"].nbytes + 4 * (w["tables"].size + 3)  # + out, int32 metadata
-    bench = gpu_check.attention_benchmark(EmulatedKernels.build(build_dir), seconds, np.copyto, num_seqs=3,
-                                          num_heads=2, head_dim=8, block_size=4, len_range=(5, 40),
-                                          copy_bytes=1 << 16)
+    bench = attention_benchmark(EmulatedKernels.build(build_dir), seconds, np.copyto, num_seqs=3, num_heads=2,
+                                head_dim=8, block_size=4, len_range=(5, 40), copy_bytes=1 << 16)
     assert bench.agreement < ATTENTION_TOLERANCE and bench.paged_s > 0 and bench.dense_s > 0
     assert 5 <= bench.lens[0] <= bench.lens[1] <= 40 and bench.share == bench.bandwidth / bench.copy_bytes_per_s
     rows = gpu_check.attention_bench_rows(bench)
@@ -470,3 +464,43 @@ def test_gpu_attention_matches_reference():
 
     for c in compare_attention_with_reference(CupyKernels(), seed=5, rounds=12, max_context=900, max_seqs=6):
         assert c.passed, c.first_failure
+
+
+def test_the_gpu_tests_attention_cases_pass_on_the_emulation(build_dir):
+    """The GPU attention test's own cases (seed 5, contexts up to 900, head_dim down to 1) on the CPU emulation, at the
+    same tolerance: the kernel is within it of the float64 twins. A twin computed in float32 is not a reference: on
+    these cases it is itself off by more than the tolerance somewhere, which is why every twin computes in float64."""
+    from minialloc.kernels.reference import dense_attention_reference, relative_error
+
+    emulated = EmulatedKernels.build(build_dir, order=ORDERS["shuffled"])
+    checks = compare_attention_with_reference(emulated, seed=5, rounds=12, max_context=900, max_seqs=6)
+    assert checks and all(c.passed for c in checks), [c.first_failure for c in checks if not c.passed]
+
+    rng = np.random.default_rng(5)
+    worst = 0.0
+    for _ in range(12):
+        case = random_attention_case(rng, max_context=900, max_seqs=6)
+        rng.integers(6)  # the launch shape compare_attention_with_reference draws next: the same cases as it sees
+        want = dense_attention_reference(case.q, case.k, case.v, case.context_lens, case.scale)
+        assert want.dtype == np.float64
+        q32, k32, v32 = case.q, case.k.astype(np.float32), case.v.astype(np.float32)
+        group = q32.shape[1] // k32.shape[2]
+        for s, n in enumerate(case.context_lens):  # the float32 twin this module used to have
+            ks, vs = np.repeat(k32[s, :n], group, axis=1), np.repeat(v32[s, :n], group, axis=1)
+            scores = np.einsum("hd,nhd->hn", q32[s], ks) * np.float32(case.scale)
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            got = np.einsum("hn,nhd->hd", p / p.sum(axis=-1, keepdims=True), vs)
+            worst = max(worst, relative_error(got[None], want[s][None]))
+    assert worst > ATTENTION_TOLERANCE
+
+
+def test_a_block_over_1024_threads_is_refused_before_launch(kernels):
+    """A GPU refuses a launch of more than 1024 threads per block; the emulation would run it, so the wrapper, which
+    both share, refuses it first."""
+    buf = np.zeros(4096, dtype=np.uint8)
+    with pytest.raises(ValueError, match="at most 1024 threads"):
+        kernels.fill(buf, 0, 4096, 0x01020304, block=1025)
+    kernels.fill(buf, 0, 4096, 0x01020304, block=1024)
+    assert (buf.view(np.uint32) == 0x01020304).all()
+    with pytest.raises(ValueError, match="at most 1024 threads"):
+        EmulatedKernels(kernels.lib, block=2048)

@@ -22,6 +22,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "pytorch_snapshot.pickle"
 def test_replay_of_a_snapshot_reproduces_the_live_peak_reserved(tmp_path, config):
     gpu = SimulatedGPU("24GiB")
     live = CachingAllocator(gpu, config)
+    live.record_memory_history()
     events = training_steps(steps=3, layers=6) + [Event("empty_cache")] + inference_batches(requests=60)
     replay(events, live)
     path = tmp_path / "run.pickle"
@@ -34,6 +35,7 @@ def test_replay_of_a_snapshot_reproduces_the_live_peak_reserved(tmp_path, config
 
 def test_empty_cache_calls_are_recovered_from_the_trace(tmp_path):
     a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    a.record_memory_history()
     p = a.malloc(100 * MiB)
     a.free(p)
     a.empty_cache()
@@ -94,6 +96,7 @@ def test_bad_csv_rows_name_file_and_row(tmp_path, body, words):
 
 def test_bad_snapshots(tmp_path):
     a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    a.record_memory_history()
     a.free(a.malloc(512))
     snap = a.snapshot()
     good = tmp_path / "good.pickle"
@@ -145,14 +148,22 @@ def test_cli_demo(capsys):
 
 def test_cli_replay_json(tmp_path, capsys):
     a = CachingAllocator(SimulatedGPU("8GiB"), "")
+    a.record_memory_history()
     replay(canonical_scenario(), a)
     path = tmp_path / "canon.pickle"
     dump_snapshot(a, path)
-    assert main(["replay", str(path), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert [r["config"] for r in out["results"]] == ["native", "expandable_segments:True"]
-    assert [r["ooms"] for r in out["results"]] == [1, 0]
-    assert main(["replay", str(path), "--conf", "max_split_size_mb:128"]) == 0
+    assert main(["replay", str(path), "--json", "--conf", "", "--conf", "expandable_segments:True"]) == 0
+    (dev,) = json.loads(capsys.readouterr().out)["devices"]
+    # the capacity comes from the trace's oom entry: reserved then plus the driver's free bytes
+    assert dev["capacity"] == 8 * 2**30 and "oom" in dev["capacity_source"]
+    assert [r["label"] for r in dev["results"]] == ["as recorded (native)", "expandable_segments:True"]
+    assert [r["ooms"] for r in dev["results"]] == [1, 0]
+    failing = dev["results"][0]["first_failure_entry"]
+    assert a.snapshot()["device_traces"][0][failing]["action"] == "oom"
+    assert "expandable_segments:True saves this run" in dev["verdict"]
+    # the smallest device the expandable run fits on is at most the one it ran on
+    assert dev["results"][1]["fits_on"] <= 8 * 2**30
+    assert main(["replay", str(path), "--conf", "max_split_size_mb:128", "--no-fit"]) == 0
     assert "max_split_size_mb:128" in capsys.readouterr().out
     assert main(["replay", str(tmp_path / "missing.pickle")]) == 2
     assert "missing.pickle" in capsys.readouterr().err
@@ -191,3 +202,83 @@ def test_cli_demo_plot_and_plot_command(tmp_path, capsys):
     dump_snapshot(a, tmp_path / "snap.pickle")
     assert main(["plot", str(tmp_path / "snap.pickle"), "-o", str(tmp_path / "plots")]) == 0
     assert {p.suffix for p in (tmp_path / "plots").iterdir()} == {".png", ".svg"}
+
+
+# -- review of issue 13 -------------------------------------------------------------------------------------------
+def test_from_empty_keeps_the_recorded_figures_and_says_what_it_leaves_out():
+    from minialloc.replay import verdict, what_if_trace
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    held = [a.malloc(50 * MiB) for _ in range(3)]  # 150 MiB live before the recording
+    a.record_memory_history()
+    a.free(a.malloc(20 * MiB))
+    a.free(held[0])
+    snap = a.snapshot()
+    full = read_device_trace(snap, 0)
+    empty = read_device_trace(snap, 0, from_empty=True)
+    # the run's own figures, whichever way it is replayed
+    assert empty.recorded_peak_reserved == full.recorded_peak_reserved == a.max_memory_reserved()
+    assert empty.recorded_reserved_at_start == full.reserved_at_start == 150 * MiB
+    assert empty.recorded_live_at_start == full.recorded_live_at_start == (3, 150 * MiB)
+    rows = what_if_trace(empty, "", [], 1024 * MiB, fit=False)
+    v = verdict(rows, 1024 * MiB, empty.reserved_at_start)
+    assert "leaving out the 150.00 MiB the run had reserved at the first trace entry (3 blocks live" in v
+    assert v.startswith("the replay from an empty GPU fits in 1.00 GiB") and "the run fits" not in v
+
+
+def test_configs_are_checked_before_any_replay_with_pytorch_keys_only():
+    from minialloc.replay import check_configs
+
+    check_configs(["", "expandable_segments:True", "max_split_size_mb:128,garbage_collection_threshold:0.8"])
+    with pytest.raises(ValueError) as e:
+        check_configs(["foo:bar"])
+    text = str(e.value)
+    assert "'foo:bar'" in text and "expandable_segments" in text
+    assert "MINIALLOC_ALLOC_CONF" not in text and "debug_guards" not in text and "backend" not in text
+    with pytest.raises(ValueError, match="only PyTorch's keys"):
+        check_configs(["backend:native"])
+
+
+def test_minialloc_sizes_read_well_and_decimal_units_are_pointed_out():
+    from minialloc.sizes import GiB, decimal_size_hint, format_size, readable_size
+
+    assert format_size(GiB) == "1024.00 MiB"  # PyTorch's own format, kept in its message
+    assert readable_size(GiB) == "1.00 GiB" and readable_size(MiB) == "1.00 MiB" and readable_size(5) == "5 bytes"
+    assert decimal_size_hint("80GB") == "(decimal; did you mean 80GiB?)"
+    assert decimal_size_hint("80GiB") == "" and decimal_size_hint("1000") == ""
+
+
+def test_the_expandable_rebuilt_state_under_another_setting_is_flagged():
+    from minialloc.replay import verdict, what_if_trace
+    from minialloc.trace import read_device_trace, recorded_config
+
+    a = CachingAllocator(SimulatedGPU("4GiB"), "expandable_segments:True")
+    held = [a.malloc(100 * MiB) for _ in range(5)]
+    a.record_memory_history()
+    for p in held[:3]:
+        a.free(p)
+    [a.malloc(50 * MiB) for _ in range(4)]
+    snap = a.snapshot()
+    trace = read_device_trace(snap, 0)
+    rows = what_if_trace(trace, recorded_config(snap), ["", "max_split_size_mb:256"], fit=False)
+    assert rows[0].notes == [] and rows[1].notes and rows[2].notes
+    v = verdict(rows, None)
+    (note,) = [line for line in v.splitlines() if line.startswith("note:")]  # one line for both rows
+    assert note.startswith("note: native and max_split_size_mb:256: replayed on top of the run's expandable")
+    assert "--from-empty" in note
+
+
+def test_files_that_cannot_be_a_snapshot_are_named_for_what_they_are(tmp_path):
+    from minialloc.replay import load_trace_file
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "empty.pickle").write_bytes(b"")
+    (tmp_path / "snap.json").write_text('{"segments": []}')
+    cases = {"adir": "is a directory, not a snapshot pickle", "missing.pickle": "no such file",
+             "empty.pickle": "empty file, not the pickle", "snap.json": "JSON, not the pickle"}
+    for name, words in cases.items():
+        with pytest.raises(TraceError, match=words):
+            load_trace_file(tmp_path / name)
+        with pytest.raises(TraceError, match=words):
+            read_trace(tmp_path / name)

@@ -286,3 +286,40 @@ def test_validate_does_not_change_the_snapshot() -> None:
     before = copy.deepcopy(snap)
     validate_snapshot(snap)
     assert snap == before
+
+
+# --- issue 15: a minialloc snapshot as PyTorch 2.13 writes one ---------------------------------------------
+
+
+def minialloc_run_snapshot() -> dict:
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+
+    a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    assert a.snapshot()["device_traces"] == [[]]  # nothing until history is asked for
+    a.record_memory_history()
+    p = a.malloc(3 * MiB)
+    q = a.malloc(30 * MiB)  # a segment of its own, which empty_cache gives back
+    a.free(q)
+    a.empty_cache()
+    a.free(p)
+    return a.snapshot()
+
+
+def test_minialloc_trace_entries_have_pytorchs_keys() -> None:
+    snap = minialloc_run_snapshot()
+    validate_snapshot(snap)
+    for entry in snap["device_traces"][0]:
+        # no stacks recorded: no frames key, as in PyTorch's snapshots taken with context=None
+        assert list(entry)[:2] == ["action", "addr"] and "frames" not in entry
+        assert entry["compile_context"] == "N/A" and entry["user_metadata"] == ""
+    names = [(x["name"], x["stage"]) for x in snap["external_annotations"]]
+    assert names == [("empty_cache", "START"), ("empty_cache", "END")]
+
+
+@needs_torch
+def test_memory_viz_trace_reads_a_minialloc_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "run.pickle"
+    dump_snapshot(minialloc_run_snapshot(), path)
+    done = run_memory_viz("trace", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cudaFree(" in done.stdout and "cudaMalloc(" in done.stdout

@@ -111,26 +111,18 @@ def torch_summary(stats: dict[str, int], device: int, abbreviated: bool) -> str:
     return text
 
 
-def with_minialloc_title(torch_text: str, device: int) -> str:
-    lines = torch_text.split("\n")
-    assert lines[1] == f"|{'':18}{PYTORCH_TITLE}{device:<17d} |"  # the one line we knowingly change
-    lines[1] = f"|{'':19}minialloc memory summary, device ID {device:<20d}|"
-    return "\n".join(lines)
-
-
 @pytest.mark.parametrize("abbreviated", [False, True])
 @pytest.mark.parametrize("case", CASES)
 def test_same_text_as_pytorch(case: str, abbreviated: bool) -> None:
     stats = CASES[case]()
-    expected = with_minialloc_title(torch_summary(stats, 0, abbreviated), 0)
-    assert memory_summary(stats, abbreviated=abbreviated) == expected
+    # every character, the title included (issue 15: PyTorch 2.13's title line too)
+    assert memory_summary(stats, abbreviated=abbreviated) == torch_summary(stats, 0, abbreviated)
 
 
 @pytest.mark.parametrize("device", [0, 3, 12, 12345])
 def test_device_id_in_title(device: int) -> None:
     stats = realistic_stats()
-    expected = with_minialloc_title(torch_summary(stats, device, False), device)
-    assert memory_summary(stats, device=device) == expected
+    assert memory_summary(stats, device=device) == torch_summary(stats, device, False)
 
 
 @pytest.mark.parametrize("device", [0, 7, 42, 10**16])
@@ -140,10 +132,10 @@ def test_title_centred_by_pytorchs_rule(device: int) -> None:
     assert f"|{_title_line(device, PYTORCH_TITLE)}|" == torch_line
 
 
-def test_title_is_centred() -> None:
-    title = memory_summary(make_stats()).split("\n")[1].strip("|")
-    assert len(title) == 75 and title.strip() == "minialloc memory summary, device ID 0"
-    assert len(title) - len(title.lstrip()) == len(title) - len(title.rstrip()) == 19
+def test_title_is_pytorchs() -> None:
+    # Readable without torch: PyTorch's title line, 18 spaces before and 17 after a one-digit device ID.
+    title = memory_summary(make_stats()).split("\n")[1]
+    assert title == f"|{'':18}{PYTORCH_TITLE}0{'':17}|"
 
 
 def test_pool_rows_use_the_all_rows_unit() -> None:

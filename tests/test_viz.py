@@ -51,7 +51,9 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reas
 
 # --- helpers ------------------------------------------------------------------------------------------------
 def new_allocator(config: str = "", capacity: str = "1GiB") -> CachingAllocator:
-    return CachingAllocator(SimulatedGPU(capacity), config)
+    a = CachingAllocator(SimulatedGPU(capacity), config)
+    a.record_memory_history()  # history is off until asked, as in PyTorch: these pictures read the trace
+    return a
 
 
 def row_blocks(fig: Figure, row: int, ax_index: int = 0) -> list[tuple[str, float, float]]:
@@ -98,7 +100,11 @@ def test_segment_map_draws_each_block_in_its_colour_at_its_offset() -> None:
     (mark,) = by_gid(fig, "largest-free-block")
     assert (mark.get_x(), mark.get_width(), mark.get_y() + mark.get_height() / 2) == (12, 8, 0)
     texts = " ".join(figure_texts(fig))
-    assert "largest free block: 8.00 MiB" in texts
+    assert "largest cached free block: 8.00 MiB" in texts
+    # the 512-byte live block is also drawn wider than to scale, over its free neighbour, and the label says so
+    (tiny,) = by_gid(fig, "tiny-live")
+    assert tiny.get_x() == 0 and tiny.get_width() > 512 / MiB and tiny.get_y() + tiny.get_height() / 2 == 2
+    assert "1 tiny block drawn wider than to scale" in texts
     assert "allocated 16.00 MiB" in texts and "reserved 34.00 MiB" in texts
     assert "device free 990.00 MiB" in texts  # read from the allocator's device
     assert "offset in the segment (MiB)" in texts
@@ -196,6 +202,22 @@ def test_side_by_side_shares_one_scale() -> None:
     assert "default (native)" in left.get_title() and "expandable_segments:True" in right.get_title()
     fig2 = plot_side_by_side(scene()[0], {"segments": []}, ("before", "after"))
     assert "no segments: nothing is reserved" in figure_texts(fig2)
+
+
+def test_side_by_side_marks_the_request_where_it_was_served_and_says_where_it_was_not() -> None:
+    served = new_allocator(capacity="1GiB")
+    served.malloc(4 * MiB)
+    served.malloc(12 * MiB)  # best fit: cut from the 4 MiB tensor's 20 MiB segment, at offset 4 MiB
+    refused = new_allocator(capacity="1GiB")
+    refused.malloc(4 * MiB)
+    fig = plot_side_by_side(refused, served, ("refused", "served"), request=12 * MiB)
+    left, right = fig.axes[:2]
+    (mark,) = [p for p in right.patches if p.get_gid() == "request-block"]
+    assert to_hex(mark.get_edgecolor()) == "#d55e00" and abs(mark.get_width() - 12) < 1e-9
+    assert (mark.get_x(), mark.get_y() + mark.get_height() / 2) == (4, 0)  # row 0, at offset 4 MiB
+    assert not [p for p in left.patches if p.get_gid() == "request-block"]
+    assert "the 12.00 MiB request is not allocated here" in left.get_title()
+    assert "the 12.00 MiB request" in figure_texts(fig)
 
 
 # --- timeline -----------------------------------------------------------------------------------------------
@@ -477,5 +499,82 @@ def test_stepper_widget_redraws_on_the_slider() -> None:
     slider.value = 3
     assert bytes(image.value) != bytes(before) and bytes(image.value).startswith(b"\x89PNG")
     text = html.unescape(stats.value)
-    assert "step 3 of 3: free 'x'" in text and "largest free block 13.00 MiB" in text
+    assert "step 3 of 3: free 'x'" in text and "largest cached free block 13.00 MiB" in text
     assert stepper.replay.position == 3
+
+
+def test_block_table_draws_one_arrow_per_table_entry_and_marks_shared_blocks() -> None:
+    from matplotlib.patches import FancyArrowPatch
+
+    from minialloc.paging import BlockManager
+    from minialloc.viz import block_table_rows, plot_block_table
+    from minialloc.viz.block_table import BLOCK_COLORS
+
+    m = BlockManager(num_blocks=8, block_size=4)
+    m.allocate(1, [11, 12, 13, 14, 15, 16])
+    m.fork(1, 2)
+    m.append_token(2, 99)  # copy-on-write of the shared, partly filled last block
+    rows = block_table_rows(m)
+    assert rows["seqs"] == [(1, [0, 1], [11, 12, 13, 14, 15, 16]), (2, [0, 2], [11, 12, 13, 14, 15, 16, 99])]
+    assert rows["ref_cnt"][:3] == [2, 1, 1]
+    fig = plot_block_table(m, title="fork")
+    ax = fig.axes[0]
+    assert len([p for p in ax.patches if isinstance(p, FancyArrowPatch)]) == 4
+    pool = [p for p in ax.patches if isinstance(p, Rectangle) and abs(p.get_y() + p.get_height() / 2) < 1e-9]
+    assert len(pool) == 8
+    assert to_hex(pool[0].get_facecolor()) == BLOCK_COLORS["shared"].lower()
+    assert to_hex(pool[2].get_facecolor()) == BLOCK_COLORS["owned"].lower()
+    assert "11 12 13 14" in figure_texts(fig) and "15 16 99" in figure_texts(fig)
+
+
+def test_labels_follow_the_notebook_language() -> None:
+    from minialloc.lang import using
+    from minialloc.viz import LABELS
+
+    a, _ = scene()
+    assert LABELS["live"] == "live block (allocated)"
+    with using("de"):
+        assert LABELS["live"] == "belegter Block (zugewiesen)"
+        texts = figure_texts(plot_timeline(a))
+        assert "reserviert" in texts and "Ereignisse im Trace" in texts
+        assert "größter freier Block im Cache (umrandet)" in figure_texts(plot_segment_map(a))
+    with using("vi"):
+        fig = plot_side_by_side(a, a)
+        assert any(t.startswith("phân đoạn mở rộng\n") for t in figure_texts(fig))  # the default panel titles
+        assert "khối đang dùng (đã cấp phát)" in figure_texts(fig)
+
+
+def _all_text(fig: Figure) -> str:
+    from matplotlib.text import Text
+
+    return "\n".join(t.get_text() for t in fig.findobj(Text))
+
+
+def test_diagnosis_pictures_show_only_measured_figures_in_trace_entries() -> None:
+    from minialloc.diagnose import diagnose, diagnosis_figures
+    from minialloc.trace import read_device_trace
+    from minialloc.viz._common import discard
+
+    a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    held = [a.malloc(50 * MiB) for _ in range(3)]
+    a.record_memory_history()
+    for _ in range(3):
+        a.free(a.malloc(20 * MiB))
+    a.free(held[0])
+    snap = a.snapshot()
+    trace = read_device_trace(snap, 0)
+    d = diagnose(trace, snap, replay_rows=False)  # no capacity: the simulated device stands for "no limit"
+    figs = dict(diagnosis_figures(d, trace))
+    assert "device free" not in _all_text(figs["segment_map"])
+    ax = figs["timeline"].axes[0]
+    assert ax.get_xlabel().startswith("trace entries")
+    assert ax.get_xlim()[1] == len(trace.entries)  # one x step per trace entry, not per replay operation
+    (mark,) = [line for line in ax.get_lines() if line.get_gid() == "mark"]
+    assert mark.get_xdata()[0] == d.entry
+    for fig in figs.values():
+        discard(fig)
+    capped = diagnose(trace, snap, capacity=1024 * MiB, replay_rows=False)
+    figs = dict(diagnosis_figures(capped, trace))
+    assert "device free" in _all_text(figs["segment_map"])
+    for fig in figs.values():
+        discard(fig)

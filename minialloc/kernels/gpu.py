@@ -38,6 +38,11 @@ def module():
         if _module is None:
             import cupy
 
+            from ..cuda_toolkit import MissingCudaLibrary, toolkit_problem
+
+            problem = toolkit_problem()  # else a missing NVRTC surfaces as a loader traceback at the first launch
+            if problem is not None:
+                raise MissingCudaLibrary(problem)
             _module = cupy.RawModule(code=kernel_source())
         return _module
 

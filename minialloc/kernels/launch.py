@@ -17,6 +17,7 @@ import numpy as np
 from . import reference
 
 ULLONG_MAX = 2**64 - 1  # guard_check's "no mismatch yet" value
+MAX_THREADS_PER_BLOCK = 1024  # every GPU since compute capability 2.0; a launch above it fails on the device
 
 
 class Kernels(ABC):
@@ -33,6 +34,8 @@ class Kernels(ABC):
     def __init__(self, block: int = 256, max_grid: int = 1024) -> None:
         if block < 1 or max_grid < 1:
             raise ValueError("block and max_grid must be positive")
+        if block > MAX_THREADS_PER_BLOCK:
+            raise ValueError(f"block={block} threads: a CUDA block holds at most {MAX_THREADS_PER_BLOCK} threads")
         self.block = block
         self.max_grid = max_grid
 
@@ -62,6 +65,8 @@ class Kernels(ABC):
         grid = min(self.max_grid, -(-work // block)) if grid is None else grid
         if grid < 1 or block < 1:
             raise ValueError(f"grid and block must be positive, got grid={grid} block={block}")
+        if block > MAX_THREADS_PER_BLOCK:  # the CPU emulation would run it; a GPU refuses the launch
+            raise ValueError(f"block={block} threads: a CUDA block holds at most {MAX_THREADS_PER_BLOCK} threads")
         return grid, block
 
     # -- the kernels -------------------------------------------------------------------------------------------
@@ -128,7 +133,7 @@ class Kernels(ABC):
                              block: int | None = None) -> int:
         """Run an ordered copy list (the block manager's, chains allowed) as copy_blocks launches, one per wave
         of reference.copy_waves; on a GPU the launches share a stream, so they run in order. Returns the number of
-        launches. Equals paging.copy_blocks_reference on the same list."""
+        launches. Equals reference.copy_blocks_reference on the same list."""
         waves = reference.copy_waves(pairs)
         for wave in waves:
             self.copy_blocks(cache, wave, grid=grid, block=block)

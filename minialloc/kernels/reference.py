@@ -3,7 +3,8 @@
 Each function here states what its kernel must do. The tests run the kernels (on the CPU through
 cuda_emulation.h, on a GPU through CuPy) on poisoned buffers and compare every byte with these functions, so a
 kernel that writes one byte too many, misses a tail, or races with itself is caught. The attention kernels'
-twins are minialloc.paging's float64 references behind the kernels' checks, compared in relative error.
+twins are the float64 references below (paged_attention_reference, dense_attention_reference), behind the
+kernels' checks, compared in relative error.
 
 The argument checks live here too, and the launch wrappers (launch.py) call the same ones: a kernel never sees
 an argument its twin would have refused. They take any array with NumPy's attributes (a CuPy array works too).
@@ -11,7 +12,7 @@ an argument its twin would have refused. They take any array with NumPy's attrib
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,7 +158,7 @@ def copy_waves(pairs: Iterable[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     or write a block an earlier pair read (a freed source reused as a destination), or write the same destination
     again. copy_blocks runs its pairs in parallel, so check_pairs refuses all three. Here a new wave starts at the
     first pair that would conflict with the current wave; inside a wave no pair touches another's destination, so
-    running the waves in order, one launch each, equals running the pairs one by one (paging.copy_blocks_reference,
+    running the waves in order, one launch each, equals running the pairs one by one (copy_blocks_reference,
     the definition). A pair copying a block onto itself changes nothing and is dropped.
     """
     waves: list[list[tuple[int, int]]] = []
@@ -263,18 +264,67 @@ def check_dense_attention(q, k, v, context_lens) -> AttentionArgs:
     return AttentionArgs(num_seqs, int(q.shape[1]), num_kv_heads, head_dim, lens, max_len=max_len)
 
 
-def paged_attention(q: np.ndarray, kv_cache: np.ndarray, block_tables, context_lens, scale: float) -> np.ndarray:
-    """paged_attention: the kernel's twin, minialloc.paging.paged_attention_reference after the kernel's checks."""
-    from ..paging import paged_attention_reference  # paging imports this module: import at call time
+def paged_attention_reference(q: np.ndarray, kv_cache: np.ndarray, block_tables: np.ndarray,
+                              context_lens: Sequence[int], scale: float) -> np.ndarray:
+    """Decode attention through block tables, one block at a time with an online softmax, as the kernel works.
 
+    q: [num_seqs, num_heads, head_dim]; kv_cache: [num_blocks, 2, block_size, num_kv_heads, head_dim];
+    block_tables: [num_seqs, max_blocks] (entries past a sequence's context are ignored); context_lens:
+    [num_seqs]. num_heads may be a multiple of num_kv_heads (grouped-query attention). Returns q's shape in
+    float64.
+    The CUDA kernel with these semantics is minialloc/kernels/paged_attention.cu (float32 throughout).
+    """
+    num_seqs, num_heads, head_dim = q.shape
+    bs, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    out = np.zeros((num_seqs, num_heads, head_dim), dtype=np.float64)
+    for s in range(num_seqs):
+        qs = q[s].astype(np.float64).reshape(num_kv_heads, group, head_dim)
+        m = np.full((num_kv_heads, group), -np.inf)  # running max of the scores
+        denom = np.zeros((num_kv_heads, group))
+        acc = np.zeros((num_kv_heads, group, head_dim))
+        for j in range(-(-int(context_lens[s]) // bs)):
+            n = min(bs, int(context_lens[s]) - j * bs)
+            k = kv_cache[block_tables[s][j], 0, :n].astype(np.float64)  # [n, kv_heads, head_dim]
+            v = kv_cache[block_tables[s][j], 1, :n].astype(np.float64)
+            scores = np.einsum("hgd,nhd->hgn", qs, k) * scale
+            m_new = np.maximum(m, scores.max(axis=-1))
+            p = np.exp(scores - m_new[..., None])
+            rescale = np.exp(m - m_new)
+            denom = denom * rescale + p.sum(axis=-1)
+            acc = acc * rescale[..., None] + np.einsum("hgn,nhd->hgd", p, v)
+            m = m_new
+        out[s] = (acc / denom[..., None]).reshape(num_heads, head_dim)
+    return out
+
+
+def dense_attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_lens: Sequence[int],
+                              scale: float) -> np.ndarray:
+    """The same decode attention over contiguous K/V: k, v [num_seqs, max_len, num_kv_heads, head_dim].
+
+    Computed in float64 whatever the inputs' dtype (a float32 twin of a float32 kernel is off by ~1e-5 itself at
+    head_dim 1, the kernels' whole tolerance); returns float64."""
+    num_seqs, num_heads, head_dim = q.shape
+    group = num_heads // k.shape[2]
+    out = np.zeros((num_seqs, num_heads, head_dim), dtype=np.float64)
+    for s in range(num_seqs):
+        n = int(context_lens[s])
+        ks = np.repeat(k[s, :n].astype(np.float64), group, axis=1)  # [n, heads, head_dim]
+        vs = np.repeat(v[s, :n].astype(np.float64), group, axis=1)
+        scores = np.einsum("hd,nhd->hn", q[s].astype(np.float64), ks) * scale
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out[s] = np.einsum("hn,nhd->hd", p / p.sum(axis=-1, keepdims=True), vs)
+    return out
+
+
+def paged_attention(q: np.ndarray, kv_cache: np.ndarray, block_tables, context_lens, scale: float) -> np.ndarray:
+    """paged_attention: the kernel's twin, paged_attention_reference after the kernel's checks (float64)."""
     args = check_paged_attention(q, kv_cache, block_tables, context_lens)
     return paged_attention_reference(q, kv_cache, args.block_tables, args.context_lens, scale)
 
 
 def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_lens, scale: float) -> np.ndarray:
-    """dense_attention: the kernel's twin, minialloc.paging.dense_attention_reference after the kernel's checks."""
-    from ..paging import dense_attention_reference
-
+    """dense_attention: the kernel's twin, dense_attention_reference after the kernel's checks (float64)."""
     args = check_dense_attention(q, k, v, context_lens)
     return dense_attention_reference(q, k, v, args.context_lens, scale)
 
@@ -292,3 +342,27 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     diff = np.linalg.norm(got64 - want64, axis=-1)
     norm = np.linalg.norm(want64, axis=-1)
     return float(np.max(diff / np.maximum(norm, np.finfo(np.float64).tiny), initial=0.0))
+
+
+def write_kv_reference(kv_cache: np.ndarray, block_table: Sequence[int], pos: int, k: np.ndarray,
+                       v: np.ndarray) -> None:
+    """Store one token's K and V ([heads, head_dim]) at position `pos` through a block table (reshape_and_cache)."""
+    bs = kv_cache.shape[2]
+    block, off = block_table[pos // bs], pos % bs
+    kv_cache[block, 0, off] = k
+    kv_cache[block, 1, off] = v
+
+
+def copy_blocks_reference(kv_cache: np.ndarray, pairs: Iterable[tuple[int, int]]) -> None:
+    """Copy whole blocks src -> dst, keys and values, ONE PAIR AFTER ANOTHER (the copies of copy-on-write).
+
+    Sequential on purpose: that is what the block manager's list means (a later pair may copy a block an earlier
+    one wrote, a fork of a fork). The copy_blocks kernel runs its pairs in parallel and refuses such lists, so the
+    GPU path (KVCache.copy_blocks, Kernels.copy_blocks_in_order) splits them with kernels.reference.copy_waves;
+    the tests check that both give this function's result.
+    """
+    num_blocks = kv_cache.shape[0]
+    for src, dst in pairs:
+        if not (0 <= src < num_blocks and 0 <= dst < num_blocks):
+            raise ValueError(f"block pair ({src}, {dst}) outside [0, {num_blocks})")
+        kv_cache[dst] = kv_cache[src]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.figure import Figure
 
+from ..lang import say
 from ..sizes import GiB, KiB, MiB, format_size
 
 # Okabe & Ito's palette, chosen to stay distinguishable under the common colour-vision deficiencies.
@@ -31,19 +33,48 @@ COLORS: dict[str, str] = {
 }
 UNMAPPED_HATCH = "////"
 UNMAPPED_EDGE = "#9A9A9A"
-MARK_COLOR = "#000000"  # outline of the largest free block
+MARK_COLOR = "#000000"  # outline of the largest cached free block
 OOM_COLOR = "#D55E00"  # vermillion
 RELEASE_COLOR = "#009E73"
 ALLOCATED_COLOR = COLORS["live"]
 RESERVED_COLOR = "#E69F00"
-LABELS: dict[str, str] = {
-    "live": "live block (allocated)",
-    "pending": "pending free (used on another stream)",
-    "free_split": "free piece of a split segment",
-    "free_whole": "free whole segment (empty_cache returns it)",
-    "unmapped": "unmapped pages (expandable segment)",
+# The legend's name of each kind of block, in the course's three languages (minialloc.lang).
+KIND_TEXT: dict[str, dict[str, str]] = {
+    "live": {"en": "live block (allocated)", "vi": "khối đang dùng (đã cấp phát)",
+             "de": "belegter Block (zugewiesen)"},
+    "pending": {"en": "pending free (used on another stream)",
+                "vi": "chờ giải phóng (còn dùng trên luồng CUDA khác)",
+                "de": "Freigabe ausstehend (auf anderem Stream in Gebrauch)"},
+    "free_split": {"en": "free piece of a split segment", "vi": "mảnh trống của phân đoạn đã bị chia",
+                   "de": "freies Stück eines geteilten Segments"},
+    "free_whole": {"en": "free whole segment (empty_cache returns it)",
+                   "vi": "phân đoạn trống hoàn toàn (empty_cache trả lại được)",
+                   "de": "ganz freies Segment (empty_cache gibt es zurück)"},
+    "unmapped": {"en": "unmapped pages (expandable segment)", "vi": "trang chưa ánh xạ (phân đoạn mở rộng)",
+                 "de": "nicht gemappte Seiten (erweiterbares Segment)"},
 }
 KINDS = tuple(COLORS)
+
+
+
+
+class _Labels(Mapping[str, str]):
+    """LABELS: kind -> its legend text, in the language current when it is read."""
+
+    def __getitem__(self, kind: str) -> str:
+        return say(KIND_TEXT, kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(KIND_TEXT)
+
+    def __len__(self) -> int:
+        return len(KIND_TEXT)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+LABELS: Mapping[str, str] = _Labels()
 
 
 class VizInputError(ValueError):

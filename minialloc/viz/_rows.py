@@ -121,7 +121,7 @@ def segment_rows(snapshot: dict[str, Any], reservations: list[tuple[int, int]] |
 
 
 def largest_free(rows: list[Row]) -> tuple[int, Piece] | None:
-    """(row index, piece) of the largest free block; the lowest address wins a tie, as best fit would pick."""
+    """(row index, piece) of the largest cached free block; the lowest address wins a tie, as best fit would."""
     best: tuple[int, Piece] | None = None
     for i, row in enumerate(rows):
         for p in row.pieces:
@@ -154,7 +154,7 @@ def select_rows(rows: list[Row], max_rows: int) -> tuple[list[Row], list[Row]]:
     keep, rest = order[:keep_n], order[keep_n:]
     found = largest_free(rows)
     if found is not None and rows[found[0]] in rest:
-        # the largest free block is the map's headline: never hide it in the summary
+        # the largest cached free block is the map's headline: never hide it in the summary
         promoted = rows[found[0]]
         rest.remove(promoted)
         rest.append(keep.pop())

@@ -14,12 +14,26 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from ..lang import say
 from ..sizes import parse_size
 from ._common import VizInputError, discard, resolve
 from .segment_map import plot_segment_map, plot_side_by_side
 from .timeline import plot_timeline
 
 FORMATS = ("png", "svg")
+
+# Every word of the pictures' files and page, in the course's three languages (minialloc.lang).
+TEXT: dict[str, dict[str, str]] = {
+    "demo_title": {"en": "one workload under two configurations", "vi": "cùng một khối lượng công việc, hai cấu hình",
+                   "de": "eine Arbeitslast unter zwei Konfigurationen"},
+    "native": {"en": "native", "vi": "native", "de": "native"},
+    "expandable": {"en": "expandable segments", "vi": "phân đoạn mở rộng", "de": "erweiterbare Segmente"},
+    "alt_map": {"en": "segment map", "vi": "sơ đồ phân đoạn", "de": "Segmentkarte"},
+    "alt_timeline": {"en": "timeline", "vi": "dòng thời gian", "de": "Zeitverlauf"},
+    "static": {"en": "Static pictures (minialloc): segment map and timeline",
+               "vi": "Hình tĩnh (minialloc): sơ đồ phân đoạn và dòng thời gian",
+               "de": "Statische Bilder (minialloc): Segmentkarte und Zeitverlauf"},
+}
 
 
 def save_plots(
@@ -57,16 +71,19 @@ def save_demo_plots(
     expandable: Any,
     out_dir: str | os.PathLike[str],
     *,
-    titles: tuple[str, str] = ("native", "expandable segments"),
+    titles: tuple[str, str] | None = None,
     formats: Sequence[str] = FORMATS,
 ) -> list[Path]:
     """The demo's pictures: both configurations' segment maps side by side (side_by_side.png/.svg), then
     each one's segment map and timeline (native_*.png, expandable_*.png, ...). Takes two allocators (or
-    snapshots) that ran the same workload. Returns the paths written."""
+    snapshots) that ran the same workload. Returns the paths written. titles: the two panels' names (default:
+    native and expandable segments, in the notebook's language)."""
+    if titles is None:
+        titles = (say(TEXT, "native"), say(TEXT, "expandable"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = [resolve(native), resolve(expandable)]  # one .snapshot() each, shared by every picture
-    fig = plot_side_by_side(sources[0], sources[1], titles, title="one workload under two configurations")
+    fig = plot_side_by_side(sources[0], sources[1], titles, title=say(TEXT, "demo_title"))
     written = []
     for fmt in formats:
         path = out / f"side_by_side.{fmt}"
@@ -107,10 +124,11 @@ def write_trace_plot_html(
         pictures = "".join(
             f'<img alt="{html.escape(alt)}" style="max-width:100%" src="data:image/png;base64,'
             f'{base64.b64encode(figure_png(fig)).decode("ascii")}">'
-            for alt, fig in (("segment map", plot_segment_map(src)), ("timeline", plot_timeline(src)))
+            for alt, fig in ((say(TEXT, "alt_map"), plot_segment_map(src)),
+                             (say(TEXT, "alt_timeline"), plot_timeline(src)))
         )
-        block = ("<details id=\"minialloc-static\"><summary>Static pictures (minialloc): segment map and "
-                 f"timeline</summary>{pictures}</details>\n")
+        block = (f"<details id=\"minialloc-static\"><summary>{html.escape(say(TEXT, 'static'))}</summary>"
+                 f"{pictures}</details>\n")
         page = page.replace("</body>", block + "</body>", 1) if "</body>" in page else page + block
     out = Path(path)
     out.write_text(page, encoding="utf-8")

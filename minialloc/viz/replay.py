@@ -7,13 +7,14 @@ Events, replayed through a CachingAllocator on a SimulatedGPU built from a confi
     (size, stream) or (size,)      the same, named by the event's index (so only a malloc)
     ("malloc", size[, stream[, label]])   ("free", label)   ("empty_cache",)
     ("record_stream", label, stream)      ("synchronize"[, stream])
-    trace entry dicts              a snapshot's device_traces: alloc -> malloc, free_requested -> free,
-                                   and a run of segment releases outside any malloc -> empty_cache; the
-                                   other entries the allocator makes itself (segment_*, free_completed,
-                                   oom, snapshot) are left out, since the replay makes its own. A trace has
-                                   no record_stream, so its replay frees every block at once; and the
-                                   replay starts empty, so frees of blocks allocated before a trace cut
-                                   short by its ring buffer began are dropped.
+    trace entry dicts              a snapshot's device_traces, read by minialloc.trace.device_ops, the one
+                                   reader `minialloc replay` and `diagnose` use: alloc -> malloc, the
+                                   block's free_completed -> free, a run of segment releases -> empty_cache
+                                   (or nothing, for a malloc's own retry), oom -> the failed request again.
+                                   A trace has no record_stream, so its replay frees every block at once.
+                                   Replayed from empty, frees of blocks allocated before the trace began are
+                                   dropped; Replay.from_snapshot starts from the state at the first entry
+                                   instead, rebuilt at the recorded addresses (minialloc.trace).
 
 A malloc that runs out of memory becomes an OOM step; later frees of that label are skipped.
 
@@ -38,10 +39,70 @@ import numpy as np
 
 from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
+from ..lang import say
 from ..oom import OutOfMemoryError
 from ..sizes import MiB, format_size
+from ..snapshot import TRACE_ACTIONS, load_snapshot
+from ..trace import EMPTY_CACHE, FREE, MALLOC, OOM, device_ops, read_device_trace, recorded_config
 from ..workloads import Event
 from ._common import VizInputError
+
+PROGRESS_EVENTS = 20_000  # from this many events on, precomputing shows a progress bar
+
+# What each event did, as the stepper shows it, in the course's three languages (minialloc.lang). An Op keeps
+# its text as a message, (id, ((field, value), ...)), a plain tuple, put into words when it is shown.
+TEXT: dict[str, dict[str, str]] = {
+    "raw": {"en": "{text}", "vi": "{text}", "de": "{text}"},
+    "malloc": {"en": "malloc {size} on stream {stream} as {label}",
+               "vi": "malloc {size} trên luồng CUDA {stream}, tên {label}",
+               "de": "malloc {size} auf Stream {stream} als {label}"},
+    "free": {"en": "free {label}", "vi": "free {label}", "de": "free {label}"},
+    "empty_cache": {"en": "empty_cache()", "vi": "empty_cache()", "de": "empty_cache()"},
+    "record_stream": {"en": "record_stream({label}, stream {stream})",
+                      "vi": "record_stream({label}, luồng CUDA {stream})",
+                      "de": "record_stream({label}, Stream {stream})"},
+    "synchronize_stream": {"en": "synchronize(stream {stream})", "vi": "synchronize(luồng CUDA {stream})",
+                           "de": "synchronize(Stream {stream})"},
+    "synchronize": {"en": "synchronize()", "vi": "synchronize()", "de": "synchronize()"},
+    "trace_alloc": {"en": "entry {i}: alloc {size} on stream {stream}",
+                    "vi": "mục {i}: alloc {size} trên luồng CUDA {stream}",
+                    "de": "Eintrag {i}: alloc {size} auf Stream {stream}"},
+    "trace_free": {"en": "entry {i}: free {size}", "vi": "mục {i}: free {size}", "de": "Eintrag {i}: free {size}"},
+    "trace_empty_cache": {"en": "entry {i}: empty_cache() (its releases are in the trace)",
+                          "vi": "mục {i}: empty_cache() (các lần giải phóng của nó có trong trace)",
+                          "de": "Eintrag {i}: empty_cache() (seine Freigaben stehen im Trace)"},
+    "trace_oom": {"en": "entry {i}: the request that failed in the run, {size}",
+                  "vi": "mục {i}: yêu cầu đã thất bại trong lần chạy, {size}",
+                  "de": "Eintrag {i}: die Anforderung, die im Lauf scheiterte, {size}"},
+    "trace_oom_free": {"en": "entry {i}: (the failed request, freed at once if it fit)",
+                       "vi": "mục {i}: (yêu cầu đã thất bại, được giải phóng ngay nếu nó vừa)",
+                       "de": "Eintrag {i}: (die gescheiterte Anforderung, sofort freigegeben, falls sie passte)"},
+    "oom": {"en": "{what}: OUT OF MEMORY (asked the device for {size})",
+            "vi": "{what}: HẾT BỘ NHỚ (đã xin thiết bị {size})",
+            "de": "{what}: SPEICHERMANGEL (beim Gerät {size} angefordert)"},
+    "skipped": {"en": "{what}: skipped, its malloc ran out of memory",
+                "vi": "{what}: bỏ qua, vì lần malloc của nó đã hết bộ nhớ",
+                "de": "{what}: übersprungen, sein malloc scheiterte an Speichermangel"},
+    "start": {"en": "start: nothing allocated", "vi": "bắt đầu: chưa cấp phát gì", "de": "Start: nichts zugewiesen"},
+    "start_trace": {"en": "start: the state at the first trace entry",
+                    "vi": "bắt đầu: trạng thái tại mục đầu tiên của trace",
+                    "de": "Start: der Zustand beim ersten Trace-Eintrag"},
+}
+
+Message = tuple  # (message id, ((field, value), ...)); a field named "what" holds a message itself
+
+
+def msg(key: str, **fields: Any) -> Message:
+    """A message to put into words later (describe), in whatever language is current then."""
+    return (key, tuple(fields.items()))
+
+
+def describe(message: Message | str) -> str:
+    """A message in the notebook's language (minialloc.lang); a plain string as it is."""
+    if isinstance(message, str):
+        return message
+    key, fields = message
+    return say(TEXT, key, **{k: describe(v) if k == "what" else v for k, v in fields})
 
 
 class Op(NamedTuple):
@@ -54,7 +115,7 @@ class Op(NamedTuple):
     size: int = 0
     stream: int | None = 0
     label: Any = None
-    text: str = ""
+    text: Message | str = ""  # what the event does, as a message (see describe)
 
 
 def _int(value: Any, where: str, what: str) -> int:
@@ -63,46 +124,50 @@ def _int(value: Any, where: str, what: str) -> int:
     return value
 
 
-_RELEASES = ("segment_free", "segment_unmap")
-_GROWS = ("segment_alloc", "segment_map", "oom")
-
-
-def _empty_cache_points(events: list[Any]) -> set[int]:
-    """Indices of trace entries that end an empty_cache: a trace records the segments it released, not the
-    call. Releases made inside malloc (the OOM retry path, garbage collection) are always followed by the
-    malloc's own segment_alloc, segment_map or oom; releases followed by anything else were an empty_cache."""
-    points: set[int] = set()
-    last_release: int | None = None
-    for i, ev in enumerate(events):
-        action = ev.get("action") if isinstance(ev, dict) else None
-        if action in _RELEASES:
-            last_release = i
-        elif action in ("free_completed", "snapshot"):
-            continue
-        elif last_release is not None:
-            if action not in _GROWS:
-                points.add(last_release)
-            last_release = None
-    if last_release is not None:
-        points.add(last_release)
-    return points
-
-
-def normalize_events(events: Iterable[Any]) -> list[Op]:
-    """Turn any accepted event form into Ops, checking that every free names a block live at that point."""
-    events = list(events)
-    empty_cache_after = _empty_cache_points(events)
+def _trace_ops(entries: list[dict[str, Any]], live: set[Any]) -> list[Op]:
+    """A trace's entries as Ops, through minialloc.trace's reader (labels are the recorded addresses)."""
+    for i, e in enumerate(entries):
+        action = e.get("action")
+        if action not in TRACE_ACTIONS:
+            raise VizInputError(f"events[{i}].action: unknown trace action {action!r}")
+        key = "device_free" if action == "oom" else "addr"
+        if action != "snapshot":
+            _int(e.get("size"), f"events[{i}]", "size")
+            _int(e.get(key), f"events[{i}]", key)
     ops: list[Op] = []
-    live: set[Any] = set()
+    for kind, i, size, stream, addr, _ in device_ops(entries):
+        if kind == MALLOC:
+            ops.append(Op("malloc", size, stream, addr, msg("trace_alloc", i=i, size=format_size(size),
+                                                            stream=stream)))
+        elif kind == FREE:
+            if addr in live:  # else allocated before the trace began, and this replay started empty
+                ops.append(Op("free", 0, None, addr, msg("trace_free", i=i, size=format_size(size))))
+        elif kind == EMPTY_CACHE:
+            ops.append(Op("empty_cache", text=msg("trace_empty_cache", i=i)))
+        elif kind == OOM:
+            label = ("oom", i)
+            ops.append(Op("malloc", size, stream, label, msg("trace_oom", i=i, size=format_size(size))))
+            ops.append(Op("free", 0, None, label, msg("trace_oom_free", i=i)))
+        if ops and ops[-1].kind == "malloc":
+            live.add(ops[-1].label)
+        elif ops and ops[-1].kind == "free":
+            live.discard(ops[-1].label)
+    return ops
+
+
+def normalize_events(events: Iterable[Any], live_at_start: Iterable[Any] = ()) -> list[Op]:
+    """Turn any accepted event form into Ops, checking that every free names a block live at that point.
+    live_at_start: labels live before the first event (a trace replayed from the state at its first entry)."""
+    events = list(events)
+    live: set[Any] = set(live_at_start)
+    if events and all(isinstance(ev, dict) for ev in events):
+        return _trace_ops(events, live)
+    ops: list[Op] = []
     for i, ev in enumerate(events):
         where = f"events[{i}]"
         op = _one(ev, where, len(ops))
-        if i in empty_cache_after:
-            op = Op("empty_cache", text="empty_cache() (its releases are in the trace)")
         if op is None:
             continue
-        if isinstance(ev, dict) and op.kind == "free" and op.label not in live:
-            continue  # a trace cut short by its ring buffer frees blocks allocated before it began
         if op.kind == "malloc":
             if op.label in live:
                 raise VizInputError(f"{where}: {op.label!r} is already allocated and not freed")
@@ -119,30 +184,21 @@ def normalize_events(events: Iterable[Any]) -> list[Op]:
 
 
 def _malloc(size: int, stream: int, label: Any) -> Op:
-    return Op("malloc", size, stream, label, f"malloc {format_size(size)} on stream {stream} as {label!r}")
+    return Op("malloc", size, stream, label, msg("malloc", size=format_size(size), stream=stream, label=repr(label)))
 
 
 def _one(ev: Any, where: str, index: int) -> Op | None:
     if isinstance(ev, Event):  # minialloc.workloads' events, as generated or read from a trace
         if ev.op == "alloc":
             op = _malloc(_int(ev.size, where, "size"), _int(ev.stream, where, "stream"), ev.name)
-            return Op(op.kind, op.size, op.stream, op.label, ev.label or op.text)
+            return Op(op.kind, op.size, op.stream, op.label, msg("raw", text=ev.label) if ev.label else op.text)
         if ev.op == "free":
-            return Op("free", 0, None, ev.name, f"free {ev.name!r}")
+            return Op("free", 0, None, ev.name, msg("free", label=repr(ev.name)))
         if ev.op == "empty_cache":
-            return Op("empty_cache", text="empty_cache()")
+            return Op("empty_cache", text=msg("empty_cache"))
         raise VizInputError(f"{where}: unknown op {ev.op!r} (alloc, free or empty_cache)")
     if isinstance(ev, dict):
-        action = ev.get("action")
-        if action == "alloc":
-            size, stream = _int(ev.get("size"), where, "size"), _int(ev.get("stream", 0), where, "stream")
-            return Op("malloc", size, stream, ev.get("addr"), f"alloc {format_size(size)} on stream {stream}")
-        if action == "free_requested":
-            return Op("free", 0, None, ev.get("addr"), f"free {format_size(ev.get('size', 0))}")
-        if action in ("free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap",
-                      "snapshot", "oom"):
-            return None
-        raise VizInputError(f"{where}.action: unknown trace action {action!r}")
+        raise VizInputError(f"{where}: a trace entry among other kinds of event; pass a trace's entries alone")
     if not isinstance(ev, (tuple, list)) or not ev:
         raise VizInputError(f"{where}: expected a tuple such as (size, stream, label) or ('free', label), "
                             f"got {ev!r}")
@@ -157,15 +213,15 @@ def _one(ev: Any, where: str, index: int) -> Op | None:
             label = args[2] if len(args) > 2 else index
             return _malloc(size, stream, label)
         if kind == "free" and len(args) == 1:
-            return Op("free", 0, None, args[0], f"free {args[0]!r}")
+            return Op("free", 0, None, args[0], msg("free", label=repr(args[0])))
         if kind == "empty_cache" and not args:
-            return Op("empty_cache", text="empty_cache()")
+            return Op("empty_cache", text=msg("empty_cache"))
         if kind == "record_stream" and len(args) == 2:
             stream = _int(args[1], where, "stream")
-            return Op("record_stream", 0, stream, args[0], f"record_stream({args[0]!r}, stream {stream})")
+            return Op("record_stream", 0, stream, args[0], msg("record_stream", label=repr(args[0]), stream=stream))
         if kind == "synchronize" and len(args) <= 1:
             stream = _int(args[0], where, "stream") if args else None
-            text = f"synchronize(stream {stream})" if args else "synchronize()"
+            text = msg("synchronize_stream", stream=stream) if args else msg("synchronize")
             return Op("synchronize", 0, stream, None, text)
         raise VizInputError(
             f"{where}: cannot read {ev!r}; the forms are ('malloc', size[, stream[, label]]), "
@@ -179,7 +235,7 @@ def _one(ev: Any, where: str, index: int) -> Op | None:
         raise VizInputError(f"{where}: expected (size, stream, label), size != 0 and stream >= 0, got {ev!r}")
     if size > 0:
         return _malloc(size, stream, label)
-    return Op("free", 0, None, label, f"free {label!r}")
+    return Op("free", 0, None, label, msg("free", label=repr(label)))
 
 
 def _reduce_lock(lock: Any) -> tuple[Any, tuple[()]]:
@@ -204,19 +260,21 @@ class _State:
     allocator: CachingAllocator
     ptrs: dict[Any, int]  # label -> address of its live block
     failed: set[Any]  # labels whose malloc ran out of memory
-    outcome: str = "start: nothing allocated"  # what the last event did
+    outcome: Message | str = ("start", ())  # what the last event did, as a message (see describe)
 
 
 class Replay:
     """An allocator that can be moved to any step of an event list, quickly, forward and backward."""
 
     def __init__(self, events: Iterable[Any], config: Any = None, *, capacity: int | str = "80GiB",
-                 checkpoint_every: int = 1000) -> None:
+                 checkpoint_every: int = 1000, start_segments: list[dict[str, Any]] | None = None) -> None:
         every = checkpoint_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise VizInputError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        self._start = start_segments or []
+        live = [b["address"] for s in self._start for b in s["blocks"] if b["state"] == "active_allocated"]
         # plain tuples: the collector stops tracking a tuple of plain values, but never a NamedTuple's
-        self._ops = [tuple(op) for op in normalize_events(events)]
+        self._ops = [tuple(op) for op in normalize_events(events, live)]
         self.config = config if config is not None else ""  # "" and not None: never read the environment
         self.capacity = capacity
         self.every = checkpoint_every
@@ -246,13 +304,31 @@ class Replay:
 
     @property
     def outcome(self) -> str:
-        """What the event that led to the current step did (an OOM says so)."""
-        return self._state.outcome
+        """What the event that led to the current step did (an OOM says so), in the notebook's language."""
+        return describe(self._state.outcome)
+
+    @classmethod
+    def from_snapshot(cls, source: Any, device: int = 0, *, config: Any = None, capacity: int | str | None = None,
+                      checkpoint_every: int = 1000) -> Replay:
+        """A replay of a snapshot's trace (a dict or a pickle's path) from the state at its first entry, rebuilt
+        at the recorded addresses, under the run's own settings unless `config` is given."""
+        from ..replay import unlimited_capacity
+
+        snap = source if isinstance(source, dict) else load_snapshot(source)
+        trace = read_device_trace(snap, device, str(source) if not isinstance(source, dict) else "<snapshot>")
+        return cls(trace.entries, recorded_config(snap) if config is None else config,
+                   capacity=unlimited_capacity(trace) if capacity is None else capacity,
+                   checkpoint_every=checkpoint_every, start_segments=trace.start_segments)
 
     def _fresh(self) -> _State:
         allocator = CachingAllocator(SimulatedGPU(self.capacity), self.config)
         allocator.record_memory_history(False)
-        return _State(allocator, {}, set())
+        if not self._start:
+            return _State(allocator, {}, set())
+        allocator.restore_segments(self._start)
+        live = {b["address"]: b["address"] for s in self._start for b in s["blocks"]
+                if b["state"] == "active_allocated"}
+        return _State(allocator, live, set(), msg("start_trace"))
 
     def _checkpoint(self) -> None:
         if not self._cloneable or self.position in self._checkpoints:
@@ -264,7 +340,7 @@ class Replay:
             self._cloneable = False
             self._checkpoints.clear()
 
-    def _apply(self, op: Op) -> str:
+    def _apply(self, op: Op) -> Message | str:
         st = self._state
         a = st.allocator
         if op.kind == "malloc":
@@ -274,11 +350,11 @@ class Replay:
             except OutOfMemoryError as e:
                 st.failed.add(op.label)
                 self._ooms.add(self.position + 1)
-                return f"{op.text}: OUT OF MEMORY (asked the device for {format_size(e.report.alloc_size)})"
+                return msg("oom", what=op.text, size=format_size(e.report.alloc_size))
         if op.kind in ("free", "record_stream") and op.label in st.failed:
             if op.kind == "free":
                 st.failed.discard(op.label)
-            return f"{op.text}: skipped, its malloc ran out of memory"
+            return msg("skipped", what=op.text)
         if op.kind == "free":
             a.free(st.ptrs.pop(op.label))
         elif op.kind == "record_stream":
@@ -315,14 +391,22 @@ class Replay:
         """Replay every event once, leaving a checkpoint every `checkpoint_every` events, and return the
         (allocated, reserved) bytes after each step, an array of shape (steps + 1, 2): the key frames come
         from it, and it can be drawn with plot_timeline(list(map(tuple, samples)))."""
+        from ..replay import progress_bar  # tqdm.auto: a widget in JupyterLab, a bar on a terminal, nothing in a pipe
+
         here = self.position
         a = self.goto(0)
         samples = np.zeros((len(self._ops) + 1, 2), dtype=np.int64)
         samples[0] = a.memory_allocated(), a.memory_reserved()
+        # a long trace takes seconds: say so; a chapter's few dozen events need no bar
+        bar = progress_bar(len(self._ops), "stepping through the trace") if len(self._ops) >= PROGRESS_EVENTS else None
         while self.position < len(self._ops):
             self._step()
             a = self._state.allocator
             samples[self.position] = a.memory_allocated(), a.memory_reserved()
+            if bar is not None and self.position % 2048 == 0:
+                bar.update_to(self.position)
+        if bar is not None:
+            bar.close()
         self.goto(here)
         return samples
 

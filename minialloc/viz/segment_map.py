@@ -3,19 +3,14 @@
 Reading it: blue is memory a tensor holds; orange is free memory trapped inside a segment that also holds
 live blocks (empty_cache cannot give it back, and a request bigger than the piece cannot use it); green is a
 whole free segment (cached, returned by empty_cache); purple is freed memory still waiting on another stream;
-grey hatching is address space of an expandable segment with no pages behind it. The largest free block is
-outlined: it is the biggest request the cache can serve without asking the device for more.
+grey hatching is address space of an expandable segment with no pages behind it. The largest CACHED free block
+is outlined: the biggest request the cache can serve without asking the device for more. (The OOM message's
+"largest free block" is the larger of this and what the device can still give; the map's title line shows the
+device's free memory beside it, so both numbers are on the picture.)
 
-Expandable segments: a snapshot lists each mapped range of an expandable segment as its own segment. The
-ranges of one reserved address range are drawn on one row, the unmapped gaps between them hatched (how the
-reservation is found: _rows.py). A row far longer than the others (a grown expandable segment beside 20 MiB
-segments) continues on further lines, like text, so that both stay readable on one byte scale.
-
-Many segments: past `max_rows` lines the map keeps the largest rows (and always the one holding the largest
-free block) and sums the rest, by kind, into a last summary row; the x label says how many were summed.
-Adjacent blocks of one kind are drawn as one rectangle, with thin white ticks where blocks meet; once a map
-has drawn RECT_BUDGET rectangles, further dense rows are drawn as one collection per colour, so a map of
-thousands of blocks still renders in well under a second.
+Tiny blocks: a live or pending block narrower than MIN_BLOCK_FRACTION of the axis (a 512-byte tensor in a 2 MiB
+segment) is drawn at that width (except in the dense rows described below), over its free neighbour, so that no
+live memory hides; the x label says so whenever it happened.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from ._common import (
     KINDS,
     LABELS,
     MARK_COLOR,
+    OOM_COLOR,
     UNMAPPED_EDGE,
     UNMAPPED_HATCH,
     VizInputError,
@@ -42,6 +38,7 @@ from ._common import (
     new_figure,
     nothing_figure,
     resolve,
+    say,
     short_size,
 )
 from ._rows import (
@@ -58,8 +55,66 @@ from ._rows import (
 )
 
 RECT_BUDGET = 600  # rectangles per map before dense rows switch to collections
+MIN_BLOCK_FRACTION = 1 / 160  # narrowest live block drawn, as a fraction of the axis: about 5 px on a course figure
 ROW_HEIGHT = 0.62  # bar height, in row units (rows are 1 apart)
-NOTHING = "no segments: nothing is reserved"
+ROW_FRACTION = "fraction of the row"  # MapInfo.unit_name of a map drawn with scale="row"
+
+# Every word the map writes, in the course's three languages (minialloc.lang), chosen when it is drawn.
+TEXT: dict[str, dict[str, str]] = {
+    "largest": {"en": "largest cached free block", "vi": "khối trống lớn nhất trong bộ nhớ đệm",
+                "de": "größter freier Block im Cache"},
+    "largest_size": {"en": "{largest}: {size}", "vi": "{largest}: {size}", "de": "{largest}: {size}"},
+    "largest_outlined": {"en": "{largest} (outlined)", "vi": "{largest} (có viền)", "de": "{largest} (umrandet)"},
+    "request_outlined": {"en": "the request in question (outlined)", "vi": "yêu cầu đang xét (có viền)",
+                         "de": "die betrachtete Anforderung (umrandet)"},
+    "request_label": {"en": "the {size} request", "vi": "yêu cầu {size}", "de": "Anforderung {size}"},
+    "request_missing": {"en": "the {size} request is not allocated here",
+                        "vi": "yêu cầu {size} không được cấp phát ở đây",
+                        "de": "die Anforderung von {size} ist hier nicht zugewiesen"},
+    "nothing": {"en": "no segments: nothing is reserved",
+                "vi": "không có phân đoạn nào: chưa có bộ nhớ dành riêng",
+                "de": "keine Segmente: nichts ist reserviert"},
+    "nothing_detail": {"en": "The allocator holds no memory from the device.",
+                       "vi": "Bộ cấp phát không giữ chút bộ nhớ nào của thiết bị.",
+                       "de": "Der Allokator hält keinen Speicher des Geräts."},
+    "nothing_free": {"en": " Device free: {free}.", "vi": " Thiết bị còn trống: {free}.",
+                     "de": " Frei auf dem Gerät: {free}."},
+    "stats": {"en": "allocated {allocated} · reserved {reserved}",
+              "vi": "đã cấp phát {allocated} · dành riêng {reserved}",
+              "de": "zugewiesen {allocated} · reserviert {reserved}"},
+    "stats_free": {"en": " · device free {free}", "vi": " · thiết bị còn trống {free}",
+                   "de": " · frei auf dem Gerät {free}"},
+    "xlabel": {"en": "offset in the segment", "vi": "vị trí trong phân đoạn", "de": "Offset im Segment"},
+    "wrapped": {"en": "rows longer than {size} continue on the next line (⋯)",
+                "vi": "hàng dài hơn {size} được nối tiếp ở dòng dưới (⋯)",
+                "de": "Zeilen länger als {size} gehen in der nächsten Zeile weiter (⋯)"},
+    "widened_one": {"en": "{n} tiny block drawn wider than to scale",
+                    "vi": "{n} khối rất nhỏ được vẽ rộng hơn tỉ lệ thật",
+                    "de": "{n} winziger Block breiter als maßstabsgetreu gezeichnet"},
+    "widened_many": {"en": "{n} tiny blocks drawn wider than to scale",
+                     "vi": "{n} khối rất nhỏ được vẽ rộng hơn tỉ lệ thật",
+                     "de": "{n} winzige Blöcke breiter als maßstabsgetreu gezeichnet"},
+    "grouped_row": {"en": "+{n} smaller segments", "vi": "+{n} phân đoạn nhỏ hơn", "de": "+{n} kleinere Segmente"},
+    "summary": {"en": "last row: {n} smaller segments (each at most {biggest}, {total} in all), summed by kind",
+                "vi": "hàng cuối: {n} phân đoạn nhỏ hơn (mỗi phân đoạn tối đa {biggest}, tổng cộng {total}), cộng "
+                      "dồn theo loại",
+                "de": "letzte Zeile: {n} kleinere Segmente (jedes höchstens {biggest}, insgesamt {total}), nach "
+                      "Art summiert"},
+    "summary_scaled": {"en": ", drawn at 1/{factor} scale", "vi": ", vẽ theo tỉ lệ 1/{factor}",
+                       "de": ", im Maßstab 1/{factor} gezeichnet"},
+    "pool_large": {"en": "large", "vi": "nhóm lớn", "de": "großer Pool"},
+    "pool_small": {"en": "small", "vi": "nhóm nhỏ", "de": "kleiner Pool"},
+    "row": {"en": "{where}  {size} {pool}", "vi": "{where}  {size} {pool}", "de": "{where}  {size} {pool}"},
+    "row_mapped": {"en": "{where}  {size} mapped, {pool}", "vi": "{where}  {size} đã ánh xạ, {pool}",
+                   "de": "{where}  {size} gemappt, {pool}"},
+    "row_ranges": {"en": ", {n} ranges", "vi": ", {n} vùng", "de": ", {n} Bereiche"},
+    "row_stream": {"en": ", stream {n}", "vi": ", luồng CUDA {n}", "de": ", Stream {n}"},
+    "compact": {"en": "{size} {pool}{stream}", "vi": "{size} {pool}{stream}", "de": "{size} {pool}{stream}"},
+    "compact_mapped": {"en": "{size} mapped {pool}{stream}", "vi": "{size} đã ánh xạ, {pool}{stream}",
+                       "de": "{size} gemappt, {pool}{stream}"},
+    "native": {"en": "native", "vi": "native", "de": "native"},
+    "expandable": {"en": "expandable segments", "vi": "phân đoạn mở rộng", "de": "erweiterbare Segmente"},
+}
 
 
 @dataclass
@@ -69,7 +124,7 @@ class MapInfo:
     rows: list[Row]  # drawn rows, top to bottom (the summary row not included)
     grouped: int = 0  # segments summed into the summary row
     grouped_bytes: dict[str, int] = field(default_factory=dict)
-    largest: tuple[int, Piece] | None = None  # (row index, piece) of the largest free block
+    largest: tuple[int, Piece] | None = None  # (row index, piece) of the largest cached free block
     mark: tuple[int, float, float, int, float] | None = None  # where its label went: y, x, width, size, xmax
     unit: int = MiB
     unit_name: str = "MiB"
@@ -77,23 +132,29 @@ class MapInfo:
     allocated: int = 0
     reserved: int = 0
     kinds: set[str] = field(default_factory=set)
+    widened: int = 0  # live or pending blocks drawn wider than to scale, so that they show
+    request_found: bool | None = None  # with `request`: whether a live block of that requested size was drawn
 
 
 # -- drawing -------------------------------------------------------------------------------------------------
+def _pool(row: Row) -> str:
+    return say(TEXT, f"pool_{row.pool}") if row.pool in ("large", "small") else row.pool
+
+
 def _row_label(row: Row, streams: set[int], devices: set[int], compact: bool = False) -> str:
     if compact:  # what fits a quick frame: size, pool, stream
-        mapped = " mapped" if row.expandable else ""
         stream = f" s{row.stream}" if len(streams) > 1 else ""
-        return f"{short_size(row.reserved)}{mapped} {row.pool}{stream}"
+        return say(TEXT, "compact_mapped" if row.expandable else "compact", size=short_size(row.reserved),
+                   pool=_pool(row), stream=stream)
     where = f"{row.address:#x}"
     if len(devices) > 1:
         where = f"cuda:{row.device} {where}"
     if row.expandable:
-        text = f"{where}  {short_size(row.reserved)} mapped, {row.pool}"
-        text += f", {row.ranges} ranges" if row.ranges > 1 else ""
+        text = say(TEXT, "row_mapped", where=where, size=short_size(row.reserved), pool=_pool(row))
+        text += say(TEXT, "row_ranges", n=row.ranges) if row.ranges > 1 else ""
     else:
-        text = f"{where}  {short_size(row.extent)} {row.pool}"
-    return text + (f", stream {row.stream}" if len(streams) > 1 else "")
+        text = say(TEXT, "row", where=where, size=short_size(row.extent), pool=_pool(row))
+    return text + (say(TEXT, "row_stream", n=row.stream) if len(streams) > 1 else "")
 
 
 def draw_segment_map(
@@ -108,6 +169,7 @@ def draw_segment_map(
     title: str | None = None,
     min_rows: int = 1,
     compact: bool = False,
+    request: int | None = None,
 ) -> MapInfo:
     """Draw a segment map into `ax`.
 
@@ -116,6 +178,9 @@ def draw_segment_map(
     bytes wraps at that length, None never wraps. xmax_bytes and min_rows fix the axis length and the row
     height, so that two maps side by side share one scale. max_rows counts lines, summary included.
     compact: short row labels and no stats line (the stepper's quick frames, which show them as HTML).
+    request: a requested size in bytes (the one a story is about, as chapter 3's 2 GiB gradient): every live
+    block allocated for exactly that many bytes is outlined in vermillion and labelled; when there is none, the
+    stats line says the request is not allocated (it failed, or was never made).
     """
     if scale not in ("shared", "row"):
         raise VizInputError(f"scale must be 'shared' or 'row', got {scale!r}")
@@ -131,14 +196,21 @@ def draw_segment_map(
         info.reserved += row.reserved
         info.allocated += row.bytes_of("live")
     free = src.device_free
-    stats = f"allocated {format_size(info.allocated)} · reserved {format_size(info.reserved)}"
+    stats = say(TEXT, "stats", allocated=format_size(info.allocated), reserved=format_size(info.reserved))
     if free is not None:
-        stats += f" · device free {format_size(free)}"
+        stats += say(TEXT, "stats_free", free=format_size(free))
+    targets: set[int] = set()
+    if request is not None:
+        targets = {b["address"] for seg in src.snapshot.get("segments", []) for b in seg.get("blocks", [])
+                   if b.get("state") == "active_allocated" and b.get("requested_size") == request}
+        info.request_found = bool(targets)
+        if not targets:
+            stats += "\n" + say(TEXT, "request_missing", size=format_size(request))
     if not compact:
         stats = stats if title is None else f"{title}\n{stats}"
     ax.set_title(title if compact else stats, fontsize=10, pad=12)
     if not all_rows:
-        ax.text(0.5, 0.5, NOTHING, ha="center", va="center", fontsize=13, transform=ax.transAxes,
+        ax.text(0.5, 0.5, say(TEXT, "nothing"), ha="center", va="center", fontsize=13, transform=ax.transAxes,
                 gid="nothing")
         ax.set_axis_off()
         return info
@@ -161,7 +233,7 @@ def draw_segment_map(
 
     longest = wrap or max(max(r.extent for r in rows), xmax_bytes or 0)
     if scale == "row":
-        unit, unit_name, xmax = 1, "fraction of the row", 1.0
+        unit, unit_name, xmax = 1, ROW_FRACTION, 1.0
     else:
         unit, unit_name = choose_unit(longest)
         xmax = longest / unit
@@ -176,10 +248,12 @@ def draw_segment_map(
     ticks: list[list[tuple[float, float]]] = []
     marks: list[tuple[int, float, float]] = []
     min_gap = xmax / 700  # closer block boundaries would smear into a white band
+    min_w = xmax * MIN_BLOCK_FRACTION
     h = ROW_HEIGHT
     labels = []
     streams, devices = {r.stream for r in all_rows}, {r.device for r in all_rows}
     runs_of = {i: merge_runs(row.pieces) for i, row in enumerate(rows)}
+    request_spans: list[tuple[int, float, float]] = []  # (line, x, width) of the marked request's block
     for y, line in enumerate(lines):
         row = rows[line.row]
         first = line.start == 0
@@ -198,9 +272,14 @@ def draw_segment_map(
         if as_rects:
             budget -= len(here)
         last_tick = -1.0
+        tiny: list[tuple[float, str]] = []
         for off, size, kind, cuts in here:
             info.kinds.add(kind)
             x, w = x_of(line, off), x_of(line, off + size) - x_of(line, off)
+            if as_rects and kind in ("live", "pending") and 0 < w < min_w:
+                # drawn again below, widened, over its free neighbour (a dense row of thousands of blocks is
+                # left as it is: there the tiny blocks show as a texture, and widening each would mislead)
+                tiny.append((x, kind))
             if as_rects:
                 ax.add_artist(_block_rect(x, y0, w, h, kind))
             else:
@@ -210,6 +289,18 @@ def draw_segment_map(
                 if xc - last_tick >= min_gap:
                     ticks.append([(xc, y0), (xc, y0 + h)])
                     last_tick = xc
+        line_end = x_of(line, line.start + line.length)
+        for x, kind in tiny:
+            x = max(0.0, min(x, line_end - min_w))  # a block at the row's end grows to the left, inside the row
+            rect = _block_rect(x, y0, min_w, h, kind)
+            rect.set_zorder(2.5)  # over the free neighbour, under the outline of the largest free block
+            rect.set_gid(f"tiny-{kind}")
+            ax.add_artist(rect)
+            info.widened += 1
+        for p in row.pieces if targets else ():
+            lo, hi = max(p.offset, line.start), min(p.offset + p.size, end)
+            if p.address in targets and lo < hi:
+                request_spans.append((y, x_of(line, lo), x_of(line, hi) - x_of(line, lo)))
         if found is not None and found[0] == line.row:
             p = found[1]
             lo, hi = max(p.offset, line.start), min(p.offset + p.size, end)
@@ -224,13 +315,20 @@ def draw_segment_map(
         ax.add_collection(LineCollection(ticks, colors="white", linewidths=0.7, zorder=2, gid="block-ticks"))
 
     n = len(lines)
-    xlabel = "offset in the segment" + ("" if scale == "row" else f" ({unit_name})")
+    xlabel = say(TEXT, "xlabel") + ("" if scale == "row" else f" ({unit_name})")
     if any(line.start > 0 for line in lines):
-        xlabel += f"; rows longer than {short_size(wrap or 0)} continue on the next line (⋯)"
+        # on a line of its own: beside a second panel, one long line would be cut off at the figure's edge
+        xlabel += "\n" + say(TEXT, "wrapped", size=short_size(wrap or 0))
+    if info.widened:
+        xlabel += "\n" + say(TEXT, "widened_many" if info.widened > 1 else "widened_one", n=info.widened)
     if rest:
         xlabel += "\n" + _draw_summary(ax, n, rest, info)
-        labels.append(f"+{info.grouped} smaller segments")
+        labels.append(say(TEXT, "grouped_row", n=info.grouped))
         n += 1
+    if request_spans:
+        widest = max(request_spans, key=lambda span: span[2])  # a wrapped block is named once, where it is widest
+        for span in request_spans:
+            _mark_request(ax, *span, size=request or 0, label=span == widest)
     if found is not None:
         for j, (y, x, w) in enumerate(marks):
             _mark_largest(ax, y, x, w, found[1].size, xmax, label=j == 0)
@@ -258,7 +356,7 @@ def _draw_summary(ax: Axes, y: int, rest: list[Row], info: MapInfo) -> str:
     """The summed-up rows as one stacked bar, to scale when it fits the axis, else scaled down. Returns the
     sentence that says what was grouped, for under the map."""
     total = sum(info.grouped_bytes.values())
-    to_axis = (1 / info.unit) if info.unit_name != "fraction of the row" else 1 / total
+    to_axis = (1 / info.unit) if info.unit_name != ROW_FRACTION else 1 / total
     factor = 1.0 if total * to_axis <= info.xmax else info.xmax / (total * to_axis)
     h = ROW_HEIGHT
     x = 0.0
@@ -274,11 +372,20 @@ def _draw_summary(ax: Axes, y: int, rest: list[Row], info: MapInfo) -> str:
     ax.add_artist(Rectangle((0, y - h / 2), x, h, fill=False, edgecolor="#444444", linewidth=0.6,
                            linestyle="--", zorder=3, gid="summary-row"))
     biggest = max(r.reserved for r in rest)
-    note = (f"last row: {info.grouped} smaller segments (each at most {short_size(biggest)}, "
-            f"{format_size(total)} in all), summed by kind")
+    note = say(TEXT, "summary", n=info.grouped, biggest=short_size(biggest), total=format_size(total))
     if factor < 1.0:
-        note += f", drawn at 1/{1 / factor:.3g} scale"
+        note += say(TEXT, "summary_scaled", factor=f"{1 / factor:.3g}")
     return note
+
+
+def _mark_request(ax: Axes, y: int, x: float, w: float, *, size: int, label: bool) -> None:
+    """Outline the block of the request the figure is about, and name it inside the block."""
+    h = ROW_HEIGHT + 0.16
+    ax.add_artist(Rectangle((x, y - h / 2), w, h, fill=False, edgecolor=OOM_COLOR, linewidth=2.4, zorder=5,
+                           gid="request-block"))
+    if label:
+        ax.text(x + w / 2, y, say(TEXT, "request_label", size=format_size(size)), ha="center", va="center", fontsize=8,
+                color="white", fontweight="bold", zorder=6, clip_on=True, gid="request-label")
 
 
 def _mark_largest(ax: Axes, y: int, x: float, w: float, size: int, xmax: float, label: bool = True) -> None:
@@ -296,7 +403,7 @@ def _label_largest(ax: Axes, mark: tuple[int, float, float, int, float]) -> None
     for old in [t for t in ax.texts if t.get_gid() == "largest-free-label"]:
         old.remove()
     y, x, w, size, xmax = mark
-    text = f"largest free block: {format_size(size)}"
+    text = say(TEXT, "largest_size", largest=say(TEXT, "largest"), size=format_size(size))
     fig = ax.get_figure()
     axis_in = ax.get_position().width * fig.get_size_inches()[0] if fig is not None else 6.0
     block_in = w / max(xmax * 1.01, 1e-12) * axis_in
@@ -315,7 +422,7 @@ def _label_largest(ax: Axes, mark: tuple[int, float, float, int, float]) -> None
                 gid="largest-free-label")
 
 
-def legend_handles(kinds: set[str], largest: bool) -> list[Any]:
+def legend_handles(kinds: set[str], largest: bool, request: bool = False) -> list[Any]:
     handles: list[Any] = []
     for kind in KINDS:
         if kind in kinds:
@@ -323,7 +430,10 @@ def legend_handles(kinds: set[str], largest: bool) -> list[Any]:
             edge = UNMAPPED_EDGE if hatch else "none"
             handles.append(Patch(facecolor=COLORS[kind], edgecolor=edge, hatch=hatch, label=LABELS[kind]))
     if largest:
-        handles.append(Line2D([], [], color=MARK_COLOR, linewidth=1.8, label="largest free block (outlined)"))
+        handles.append(Line2D([], [], color=MARK_COLOR, linewidth=1.8,
+                              label=say(TEXT, "largest_outlined", largest=say(TEXT, "largest"))))
+    if request:
+        handles.append(Line2D([], [], color=OOM_COLOR, linewidth=2.4, label=say(TEXT, "request_outlined")))
     return handles
 
 
@@ -353,7 +463,8 @@ def fit_map_figure(fig: Figure, axes: list[Axes], infos: list[MapInfo], *, fixed
             _label_largest(ax, info.mark)  # now that the axis has its final width
     kinds = set().union(*(i.kinds for i in infos))
     if legend_rows:
-        handles = legend_handles(kinds, any(i.largest is not None for i in infos))
+        handles = legend_handles(kinds, any(i.largest is not None for i in infos),
+                                 any(i.request_found for i in infos))
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
 
 
@@ -377,10 +488,10 @@ def plot_segment_map(
     Options as draw_segment_map's."""
     src = resolve(source, device_free=device_free)
     if not src.snapshot.get("segments"):
-        detail = "The allocator holds no memory from the device."
+        detail = say(TEXT, "nothing_detail")
         if src.device_free is not None:
-            detail += f" Device free: {format_size(src.device_free)}."
-        return nothing_figure(NOTHING, detail)
+            detail += say(TEXT, "nothing_free", free=format_size(src.device_free))
+        return nothing_figure(say(TEXT, "nothing"), detail)
     fig = _new_map_figure(1, title)
     (ax,) = map_layout(fig, 1)
     info = draw_segment_map(ax, src, max_rows=max_rows, scale=scale, wrap=wrap)
@@ -391,14 +502,19 @@ def plot_segment_map(
 def plot_side_by_side(
     first: Any,
     second: Any,
-    titles: tuple[str, str] = ("native", "expandable segments"),
+    titles: tuple[str, str] | None = None,
     *,
     max_rows: int = 30,
     device_free: tuple[int | None, int | None] = (None, None),
     title: str | None = None,
+    request: int | None = None,
 ) -> Figure:
     """Two segment maps next to each other on one byte scale and one row height: the same moment under two
-    configurations. Each takes a snapshot dict, an allocator or a snapshot pickle's path."""
+    configurations. Each takes a snapshot dict, an allocator or a snapshot pickle's path. titles: the two panels'
+    names (default: native and expandable segments, in the notebook's language). request: a requested size to
+    mark on both sides (see draw_segment_map)."""
+    if titles is None:
+        titles = (say(TEXT, "native"), say(TEXT, "expandable"))
     sources = [resolve(s, device_free=f) for s, f in zip((first, second), device_free, strict=True)]
     fig = _new_map_figure(2, title)
     axes = map_layout(fig, 2)
@@ -406,7 +522,8 @@ def plot_side_by_side(
     extents = [[r.extent for r in rows] for rows in shown]
     wrap = auto_wrap(extents[0] + extents[1], max_rows)
     longest = max((e for side in extents for e in side), default=0)
-    infos = [draw_segment_map(ax, src, max_rows=max_rows, wrap=wrap, xmax_bytes=longest, title=name)
+    infos = [draw_segment_map(ax, src, max_rows=max_rows, wrap=wrap, xmax_bytes=longest, title=name,
+                              request=request)
              for ax, src, name in zip(axes, sources, titles, strict=True)]
     rows = max(int(max(ax.get_ylim()) + 0.4) for ax in axes)
     for ax in axes:  # one row height on both sides

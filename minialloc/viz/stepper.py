@@ -20,10 +20,39 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..lang import say
 from ..sizes import format_size
 from ._common import COLORS, LABELS, UNMAPPED_EDGE, new_figure
 from .replay import Replay
 from .segment_map import draw_segment_map, fit_map_figure, map_layout, plot_side_by_side
+
+# Every word the stepper shows, in the course's three languages (minialloc.lang), chosen when it is drawn.
+TEXT: dict[str, dict[str, str]] = {
+    "largest": {"en": "largest cached free block", "vi": "khối trống lớn nhất trong bộ nhớ đệm",
+                "de": "größter freier Block im Cache"},
+    "stats": {
+        "en": "step {step} of {steps}: {outcome}\nallocated {allocated} · reserved {reserved} · reserved but unused "
+              "{unused} · largest cached free block {largest}",
+        "vi": "bước {step}/{steps}: {outcome}\nđã cấp phát {allocated} · dành riêng {reserved} · dành riêng nhưng "
+              "chưa dùng {unused} · khối trống lớn nhất trong bộ nhớ đệm {largest}",
+        "de": "Schritt {step} von {steps}: {outcome}\nzugewiesen {allocated} · reserviert {reserved} · reserviert, "
+              "aber ungenutzt {unused} · größter freier Block im Cache {largest}",
+    },
+    "quick_title": {"en": "step {step}", "vi": "bước {step}", "de": "Schritt {step}"},
+    "title": {"en": "step {step}/{steps}: {outcome}", "vi": "bước {step}/{steps}: {outcome}",
+              "de": "Schritt {step}/{steps}: {outcome}"},
+    "default_config": {"en": "default (native)", "vi": "mặc định (native)", "de": "Standard (native)"},
+    "same_events_end": {"en": "the same {n} events, at the end", "vi": "cùng {n} sự kiện, ở thời điểm cuối",
+                        "de": "dieselben {n} Ereignisse, am Ende"},
+    "same_events_step": {"en": "the same {n} events, at step {step}", "vi": "cùng {n} sự kiện, ở bước {step}",
+                         "de": "dieselben {n} Ereignisse, bei Schritt {step}"},
+    "alt": {"en": "segment map at step {step}", "vi": "sơ đồ phân đoạn ở bước {step}",
+            "de": "Segmentkarte bei Schritt {step}"},
+    "play": {"en": "play", "vi": "chạy", "de": "Abspielen"},
+    "step": {"en": "step", "vi": "bước", "de": "Schritt"},
+    "back": {"en": "one step back", "vi": "lùi một bước", "de": "einen Schritt zurück"},
+    "forward": {"en": "one step forward", "vi": "tiến một bước", "de": "einen Schritt vor"},
+}
 
 
 def _swatch(kind: str) -> str:
@@ -31,13 +60,14 @@ def _swatch(kind: str) -> str:
     if kind == "unmapped":
         fill = f"repeating-linear-gradient(45deg, {fill} 0 3px, {UNMAPPED_EDGE} 3px 4px)"
     return (f'<span style="display:inline-block;width:1.4em;height:0.8em;background:{fill};'
-            f'vertical-align:middle"></span> {LABELS[kind]}')
+            f'vertical-align:middle"></span> {html.escape(LABELS[kind])}')
 
 
-# the quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML
-_LEGEND_HTML = ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS)
-                + " &nbsp; <span style='display:inline-block;width:1.2em;height:0.7em;border:2px solid black;"
-                "vertical-align:middle'></span> largest free block</div>")
+def _legend_html() -> str:
+    """The quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML."""
+    return ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS)
+            + " &nbsp; <span style='display:inline-block;width:1.2em;height:0.7em;border:2px solid black;"
+            f"vertical-align:middle'></span> {html.escape(say(TEXT, 'largest'))}</div>")
 
 
 def compare_configs(
@@ -55,10 +85,12 @@ def compare_configs(
     for config in configs:
         replay = Replay(events, config, capacity=capacity)
         allocators.append(replay.goto(len(replay) if step is None else step))
-    names = titles or tuple(c or "default (native)" for c in configs)
-    at = "the end" if step is None else f"step {step}"
-    return plot_side_by_side(allocators[0], allocators[1], (names[0], names[1]), max_rows=max_rows,
-                             title=f"the same {len(replay)} events, at {at}")
+    names = titles or tuple(c or say(TEXT, "default_config") for c in configs)
+    if step is None:
+        title = say(TEXT, "same_events_end", n=len(replay))
+    else:
+        title = say(TEXT, "same_events_step", n=len(replay), step=step)
+    return plot_side_by_side(allocators[0], allocators[1], (names[0], names[1]), max_rows=max_rows, title=title)
 
 
 class Stepper:
@@ -67,7 +99,9 @@ class Stepper:
     def __init__(self, events: Iterable[Any], config: Any = None, *, capacity: int | str = "80GiB",
                  checkpoint_every: int = 1000, max_rows: int = 20, precompute: bool = True,
                  title: str | None = None, dpi: int = 72) -> None:
-        self.replay = Replay(events, config, capacity=capacity, checkpoint_every=checkpoint_every)
+        # a Replay already built (Stepper.from_snapshot) is used as it is
+        self.replay = events if isinstance(events, Replay) else Replay(events, config, capacity=capacity,
+                                                                         checkpoint_every=checkpoint_every)
         self.max_rows = max_rows
         self.title = title
         self.dpi = dpi
@@ -75,16 +109,22 @@ class Stepper:
         self.samples = self.replay.precompute() if precompute else None
         self._height = 2.2 + 0.3 * max_rows  # one size for every step, so the picture never jumps
 
+    @classmethod
+    def from_snapshot(cls, source: Any, device: int = 0, *, config: Any = None, **kwargs: Any) -> Stepper:
+        """A stepper over a recorded run (a snapshot dict or a pickle's path), from the state at its first trace
+        entry, under the run's own settings: the same reader and replay as `minialloc replay`."""
+        every = kwargs.pop("checkpoint_every", 1000)
+        return cls(Replay.from_snapshot(source, device, config=config, checkpoint_every=every), **kwargs)
+
     def __len__(self) -> int:
         return len(self.replay)
 
     def stats_text(self) -> str:
         a = self.replay.allocator
         allocated, reserved = a.memory_allocated(), a.memory_reserved()
-        return (f"step {self.replay.position} of {len(self.replay)}: {self.replay.outcome}\n"
-                f"allocated {format_size(allocated)} · reserved {format_size(reserved)} · reserved but "
-                f"unused {format_size(reserved - allocated)} · largest free block "
-                f"{format_size(a.largest_free_block())}")
+        return say(TEXT, "stats", step=self.replay.position, steps=len(self.replay), outcome=self.replay.outcome,
+                   allocated=format_size(allocated), reserved=format_size(reserved),
+                   unused=format_size(reserved - allocated), largest=format_size(a.largest_free_block()))
 
     def figure(self, n: int | None = None, *, quick: bool = False) -> Figure:
         """The segment map after n events (the current step if None). quick: the widget's frame, with short
@@ -102,11 +142,11 @@ class Stepper:
         (ax,) = map_layout(fig, 1)
         rows = min(self.max_rows, 8)
         if quick:
-            info = draw_segment_map(ax, allocator, max_rows=self.max_rows, title=f"step {self.step}",
-                                    min_rows=rows, compact=True)
+            info = draw_segment_map(ax, allocator, max_rows=self.max_rows, min_rows=rows, compact=True,
+                                    title=say(TEXT, "quick_title", step=self.step))
             fit_map_figure(fig, [ax], [info], fixed_height=self._height - 0.8, legend_rows=0, left_in=1.4)
         else:
-            text = f"step {self.step}/{len(self.replay)}: {self.replay.outcome}"
+            text = say(TEXT, "title", step=self.step, steps=len(self.replay), outcome=self.replay.outcome)
             info = draw_segment_map(ax, allocator, max_rows=self.max_rows, min_rows=rows,
                                     title=text if self.title is None else f"{self.title} · {text}")
             fit_map_figure(fig, [ax], [info], fixed_height=self._height)
@@ -148,7 +188,7 @@ class Stepper:
         for k, png, stats in frames if frames is not None else self.static_frames():
             caption = html.escape(stats).replace("\n", "<br>")
             parts.append(f'<figure style="margin:0 0 1em 0"><img src="data:image/png;base64,{png}" '
-                         f'alt="segment map at step {k}"><figcaption style="font-size:85%">{caption}'
+                         f'alt="{html.escape(say(TEXT, "alt", step=k))}"><figcaption style="font-size:85%">{caption}'
                          "</figcaption></figure>")
         return "<div>" + "".join(parts) + "</div>"
 
@@ -157,12 +197,12 @@ class Stepper:
         import ipywidgets as w
 
         n = len(self.replay)
-        play = w.Play(value=self.step, min=0, max=n, step=1, interval=250, description="play")
-        slider = w.IntSlider(value=self.step, min=0, max=n, continuous_update=False, description="step",
+        play = w.Play(value=self.step, min=0, max=n, step=1, interval=250, description=say(TEXT, "play"))
+        slider = w.IntSlider(value=self.step, min=0, max=n, continuous_update=False, description=say(TEXT, "step"),
                              layout=w.Layout(width="70%"))
         w.jslink((play, "value"), (slider, "value"))
-        back = w.Button(description="◀", layout=w.Layout(width="3em"), tooltip="one step back")
-        fwd = w.Button(description="▶", layout=w.Layout(width="3em"), tooltip="one step forward")
+        back = w.Button(description="◀", layout=w.Layout(width="3em"), tooltip=say(TEXT, "back"))
+        fwd = w.Button(description="▶", layout=w.Layout(width="3em"), tooltip=say(TEXT, "forward"))
         image = w.Image(value=self.frame_png(self.step, quick=True), format="png")
         stats = w.HTML(self._stats_html())
 
@@ -176,7 +216,7 @@ class Stepper:
         return w.VBox([w.HBox([play, back, fwd, slider]), stats, image])
 
     def _stats_html(self) -> str:
-        return _LEGEND_HTML + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
+        return _legend_html() + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """The widget for a live frontend, plus static pictures for exports and viewers without widgets."""

@@ -14,8 +14,10 @@ The curves come from replaying a snapshot's device_traces, one entry at a time:
   of what was reserved (green band).
 
 A ring buffer keeps only the newest entries, so a trace may begin mid-run and free what it never saw
-allocated. Then, if a snapshot is at hand, both curves are anchored to its end state (the segments it
-lists); without one they are lifted so their lowest point is 0, and the figure says they are lower bounds.
+allocated. Then, if a snapshot is at hand, both curves start from the state at the first trace entry, rebuilt
+from the snapshot by minialloc.trace (the reader `minialloc replay` uses); if that state cannot be rebuilt they
+are anchored to the snapshot's end state; without a snapshot they are lifted so their lowest point is 0, and
+the figure says they are lower bounds.
 
 Explicit samples, a list of (allocated, reserved) pairs, are drawn as they are, one x step per sample.
 """
@@ -40,14 +42,69 @@ from ._common import (
     new_figure,
     nothing_figure,
     resolve,
+    say,
 )
 
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
             "segment_unmap", "snapshot", "oom")
 _NEUTRAL = ("free_requested", "free_completed", "snapshot")  # do not end a release burst
-NOTHING = "no trace events: nothing to plot"
-NOTHING_DETAIL = ("Record them before the run with allocator.record_memory_history() "
-                  "(torch.cuda.memory._record_memory_history() in PyTorch).")
+
+# Every word the timeline writes, in the course's three languages (minialloc.lang), chosen when it is drawn.
+TEXT: dict[str, dict[str, str]] = {
+    "nothing": {"en": "no trace events: nothing to plot", "vi": "không có sự kiện trace nào: không có gì để vẽ",
+                "de": "keine Trace-Ereignisse: nichts zu zeichnen"},
+    "nothing_detail": {
+        "en": "Record them before the run with allocator.record_memory_history() "
+              "(torch.cuda.memory._record_memory_history() in PyTorch).",
+        "vi": "Hãy ghi lại chúng trước khi chạy bằng allocator.record_memory_history() "
+              "(trong PyTorch là torch.cuda.memory._record_memory_history()).",
+        "de": "Zeichnen Sie sie vor dem Lauf mit allocator.record_memory_history() auf "
+              "(in PyTorch: torch.cuda.memory._record_memory_history()).",
+    },
+    "note_start": {
+        "en": "trace starts mid-run, with {reserved} reserved: curves start from the state at its first entry, "
+              "rebuilt from the snapshot",
+        "vi": "trace bắt đầu giữa chừng, khi đã có {reserved} dành riêng: các đường bắt đầu từ trạng thái tại mục "
+              "đầu tiên, dựng lại từ snapshot",
+        "de": "der Trace beginnt mitten im Lauf, mit {reserved} reserviert: die Kurven beginnen beim Zustand am "
+              "ersten Eintrag, aus dem Snapshot rekonstruiert",
+    },
+    "note_end": {
+        "en": "trace starts mid-run (ring buffer full?): curves anchored to the snapshot's end state",
+        "vi": "trace bắt đầu giữa chừng (bộ đệm vòng đã đầy?): các đường được neo vào trạng thái cuối của snapshot",
+        "de": "der Trace beginnt mitten im Lauf (Ringpuffer voll?): die Kurven sind am Endzustand des Snapshots "
+              "verankert",
+    },
+    "note_lifted": {
+        "en": "trace starts mid-run: curves lifted to start at 0, so they are lower bounds",
+        "vi": "trace bắt đầu giữa chừng: các đường được nâng lên để bắt đầu từ 0, nên chỉ là cận dưới",
+        "de": "der Trace beginnt mitten im Lauf: die Kurven sind so angehoben, dass sie bei 0 beginnen, und daher "
+              "Untergrenzen",
+    },
+    "reserved": {"en": "reserved", "vi": "dành riêng (reserved)", "de": "reserviert"},
+    "allocated": {"en": "allocated", "vi": "đã cấp phát", "de": "zugewiesen"},
+    "allocated_requested": {"en": "allocated (requested bytes)", "vi": "đã cấp phát (số byte yêu cầu)",
+                            "de": "zugewiesen (angeforderte Bytes)"},
+    "capacity": {"en": "device capacity", "vi": "dung lượng thiết bị", "de": "Kapazität des Geräts"},
+    "ooms": {"en": "out of memory ({n})", "vi": "hết bộ nhớ ({n})", "de": "Speichermangel ({n})"},
+    "oom_limit": {"en": "reserved + device free at OOM", "vi": "dành riêng + thiết bị còn trống lúc OOM",
+                  "de": "reserviert + frei auf dem Gerät beim OOM"},
+    "oom_label": {"en": "OOM: {size}", "vi": "OOM: {size}", "de": "OOM: {size}"},
+    "release": {"en": "release burst (empty_cache-like)", "vi": "đợt giải phóng (kiểu empty_cache)",
+                "de": "Freigabewelle (wie empty_cache)"},
+    "released": {"en": "released {size}", "vi": "đã giải phóng {size}", "de": "{size} freigegeben"},
+    "samples": {"en": "samples", "vi": "mẫu", "de": "Messpunkte"},
+    "events": {"en": "trace entries (device_traces index)", "vi": "sự kiện trong trace", "de": "Ereignisse im Trace"},
+    "memory": {"en": "memory ({unit})", "vi": "bộ nhớ ({unit})", "de": "Speicher ({unit})"},
+    "head": {"en": "peak allocated {allocated} · peak reserved {reserved}",
+             "vi": "đỉnh cấp phát {allocated} · đỉnh dành riêng {reserved}",
+             "de": "Spitze zugewiesen {allocated} · Spitze reserviert {reserved}"},
+    "head_oom": {"en": " · {n} OOM", "vi": " · {n} lần OOM", "de": " · {n} OOM"},
+    "head_ooms": {"en": " · {n} OOMs", "vi": " · {n} lần OOM", "de": " · {n} OOMs"},
+    "head_capacity": {"en": " · device capacity {size} (off the scale)",
+                      "vi": " · dung lượng thiết bị {size} (ngoài thang đo)",
+                      "de": " · Kapazität des Geräts {size} (außerhalb der Skala)"},
+}
 
 
 @dataclass
@@ -163,16 +220,22 @@ def _replay(trace: list[dict[str, Any]], snapshot: dict[str, Any] | None, device
         _close_run(run, releases)
 
     note = ""
-    if n and (truncated or allocated.min() < 0 or reserved.min() < 0):
-        end = _end_state(snapshot, device) if snapshot is not None else None
+    # a snapshot says what was held before the first entry, even when the trace never frees any of it
+    start = _start_state(snapshot, device) if n and snapshot is not None else None
+    if start is not None and (start[0] or start[1]):
+        allocated += start[0]
+        reserved += start[1]
+        note = say(TEXT, "note_start", reserved=format_size(start[1]))
+    elif n and (truncated or allocated.min() < 0 or reserved.min() < 0):
+        end = _end_state(snapshot, device) if snapshot is not None and start is None else None
         if end is not None:
             allocated += end[0] - allocated[-1]
             reserved += end[1] - reserved[-1]
-            note = "trace starts mid-run (ring buffer full?): curves anchored to the snapshot's end state"
+            note = say(TEXT, "note_end")
         else:
             allocated -= min(0, int(allocated.min()))
             reserved -= min(0, int(reserved.min()))
-            note = "trace starts mid-run: curves lifted to start at 0, so they are lower bounds"
+            note = say(TEXT, "note_lifted")
     return Timeline(allocated, reserved, ooms, releases, capacity, note)
 
 
@@ -180,6 +243,17 @@ def _close_run(run: list[int], releases: list[tuple[int, int, int]]) -> None:
     k0, k1, nbytes, count, reserved_before = run
     if count >= 2 or nbytes * 4 >= reserved_before:
         releases.append((k0, k1, nbytes))
+
+
+def _start_state(snapshot: dict[str, Any], device: int) -> tuple[int, int] | None:
+    """(requested bytes live, reserved bytes) at the first trace entry, or None if it cannot be rebuilt."""
+    from ..trace import TraceError, read_device_trace
+
+    try:
+        trace = read_device_trace(snapshot, device)
+    except (TraceError, KeyError, TypeError, ValueError):
+        return None
+    return sum(trace.live_at_start.values()), trace.reserved_at_start
 
 
 def _end_state(snapshot: dict[str, Any], device: int) -> tuple[int, int] | None:
@@ -192,15 +266,31 @@ def _end_state(snapshot: dict[str, Any], device: int) -> tuple[int, int] | None:
     return allocated, sum(s["total_size"] for s in segments)
 
 
+def device_trace_timeline(trace: Any, capacity: int | None = None) -> Timeline:
+    """The recorded run's curves for a read device trace (minialloc.trace.DeviceTrace), x in trace entries,
+    starting from the state at its first entry as the trace reader found it (no second rebuild)."""
+    for i, entry in enumerate(trace.entries):
+        _check_entry(entry, f"device_traces[{trace.device}][{i}]")
+    tl = _replay(list(trace.entries), None, trace.device, capacity)
+    # without a snapshot _replay lifts curves that dip below 0 by a constant: the known start replaces that
+    tl.allocated = tl.allocated - tl.allocated[0] + trace.recorded_live_at_start[1]
+    tl.reserved = tl.reserved - tl.reserved[0] + trace.recorded_reserved_at_start
+    start = trace.recorded_reserved_at_start
+    tl.note = say(TEXT, "note_start", reserved=format_size(start)) if start else ""
+    return tl
+
+
 def plot_timeline(
-    source: Any, *, device: int = 0, capacity: int | None = None, title: str | None = None
+    source: Any, *, device: int = 0, capacity: int | None = None, title: str | None = None,
+    mark: tuple[int, str] | None = None,
 ) -> Figure:
-    """Allocated and reserved memory across a trace (or samples), with capacity, OOMs and release bursts."""
+    """Allocated and reserved memory across a trace (or samples), with capacity, OOMs and release bursts.
+    mark: (x, label) of a moment to draw as a vertical line (a diagnosis's trace entry)."""
     tl = source if isinstance(source, Timeline) else timeline_data(source, device=device, capacity=capacity)
     if capacity is not None:
         tl.capacity = capacity
     if len(tl.allocated) == 0 or (not tl.samples and tl.events == 0):
-        return nothing_figure(NOTHING, NOTHING_DETAIL)
+        return nothing_figure(say(TEXT, "nothing"), say(TEXT, "nothing_detail"))
 
     fig = new_figure(11, 4.2)
     ax = fig.add_axes((0.08, 0.14, 0.9, 0.7))
@@ -209,28 +299,28 @@ def plot_timeline(
     unit, unit_name = choose_unit(max(top, tl.capacity) if on_scale and tl.capacity else top)
     x = np.arange(len(tl.allocated))
     ax.plot(x, tl.reserved / unit, drawstyle="steps-post", color=RESERVED_COLOR, linewidth=1.6,
-            label="reserved")
+            label=say(TEXT, "reserved"))
     ax.plot(x, tl.allocated / unit, drawstyle="steps-post", color=ALLOCATED_COLOR, linewidth=1.6,
-            label="allocated" + ("" if tl.samples else " (requested bytes)"))
+            label=say(TEXT, "allocated" if tl.samples else "allocated_requested"))
     if tl.capacity is not None and on_scale:
-        ax.axhline(tl.capacity / unit, color="black", linestyle="--", linewidth=1, label="device capacity")
+        ax.axhline(tl.capacity / unit, color="black", linestyle="--", linewidth=1, label=say(TEXT, "capacity"))
     if tl.ooms:
         ks = [k for k, _, _ in tl.ooms]
         ax.vlines(ks, 0, 1, transform=ax.get_xaxis_transform(), colors=OOM_COLOR, linewidth=1.2,
-                  label=f"out of memory ({len(ks)})", gid="ooms")
+                  label=say(TEXT, "ooms", n=len(ks)), gid="ooms")
         # what the device could have held at the OOM; off the scale when other processes hold the rest
         limits = [(k, tl.reserved[k] + free) for k, _, free in tl.ooms if free is not None and
                   tl.reserved[k] + free <= 20 * top]
         if limits:
             ax.plot([k for k, _ in limits], [v / unit for _, v in limits], "v", color=OOM_COLOR, markersize=5,
-                    label="reserved + device free at OOM")
+                    label=say(TEXT, "oom_limit"))
         span = max(len(x) - 1, 1)
         labelled: list[int] = []
         for k, size, _ in tl.ooms:
             if len(labelled) == 3 or (labelled and k - labelled[-1] < 0.12 * span):
                 continue  # labels closer than that would overlap; the legend has the count
             left = k > 0.8 * span  # near the right edge the label goes to the left of its line
-            ax.annotate(f"OOM: {format_size(size)}", xy=(k, 1), xycoords=("data", "axes fraction"),
+            ax.annotate(say(TEXT, "oom_label", size=format_size(size)), xy=(k, 1), xycoords=("data", "axes fraction"),
                         xytext=(-3 if left else 3, -3), textcoords="offset points", va="top",
                         ha="right" if left else "left", fontsize=7.5, color=OOM_COLOR)
             labelled.append(k)
@@ -239,25 +329,27 @@ def plot_timeline(
         for k0, k1, _ in tl.releases:
             mask[k0:k1 + 1] = True
         ax.fill_between(x, 0, 1, where=mask, transform=ax.get_xaxis_transform(), color=RELEASE_COLOR,
-                        alpha=0.25, linewidth=0, step="post", label="release burst (empty_cache-like)",
+                        alpha=0.25, linewidth=0, step="post", label=say(TEXT, "release"),
                         gid="releases")
         for k0, k1, nbytes in sorted(tl.releases, key=lambda t: -t[2])[:3]:
-            ax.annotate(f"released {format_size(nbytes)}", xy=((k0 + k1) / 2, 0.02),
+            ax.annotate(say(TEXT, "released", size=format_size(nbytes)), xy=((k0 + k1) / 2, 0.02),
                         xycoords=("data", "axes fraction"), ha="center", fontsize=7, color="#005F46")
+    if mark is not None:
+        ax.axvline(mark[0], color="black", linestyle=":", linewidth=1.2, label=mark[1], gid="mark")
     ax.set_xlim(0, max(len(x) - 1, 1))
     ax.set_ylim(0, top / unit * 1.12 if not on_scale else max(top, tl.capacity or 0) / unit * 1.08)
-    ax.set_xlabel("samples" if tl.samples else "events in the trace", fontsize=9)
-    ax.set_ylabel(f"memory ({unit_name})", fontsize=9)
+    ax.set_xlabel(say(TEXT, "samples" if tl.samples else "events"), fontsize=9)
+    ax.set_ylabel(say(TEXT, "memory", unit=unit_name), fontsize=9)
     ax.tick_params(labelsize=8)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    head = (f"peak allocated {format_size(int(tl.allocated.max()))} · peak reserved "
-            f"{format_size(int(tl.reserved.max()))}")
+    head = say(TEXT, "head", allocated=format_size(int(tl.allocated.max())),
+               reserved=format_size(int(tl.reserved.max())))
     if tl.ooms:
-        head += f" · {len(tl.ooms)} OOM" + ("s" if len(tl.ooms) > 1 else "")
+        head += say(TEXT, "head_ooms" if len(tl.ooms) > 1 else "head_oom", n=len(tl.ooms))
     if tl.capacity is not None and not on_scale:
-        head += f" · device capacity {format_size(tl.capacity)} (off the scale)"
+        head += say(TEXT, "head_capacity", size=format_size(tl.capacity))
     ax.set_title(head if title is None else f"{title}\n{head}", fontsize=10)
     if tl.note:
         fig.text(0.08, 0.015, tl.note, fontsize=8, color="#555555", gid="timeline-note")

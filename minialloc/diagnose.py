@@ -1,0 +1,264 @@
+"""Diagnose a recorded run: what a person needs after an OOM, on one screen (and as JSON).
+
+At one moment of the run (the first failure, else the peak of reserved memory, else a chosen trace entry) the
+replay under the recorded settings, started from the state at the first trace entry (minialloc.replay) and
+checked to land every allocation at its recorded address, rebuilds the allocator's exact state. From it:
+
+- reserved and allocated memory, the cached free bytes (reserved but unallocated) and, at a failure, how many of
+  them are unusable (in blocks too small for the failed request; without a failed request nothing is measured as
+  unusable); and the largest CACHED free block (the segment map's meaning; the OOM message's "largest free block"
+  also counts what the device can still give);
+- the live memory grouped by the top user frame that allocated it (the innermost frame of the program's own
+  Python code, from the trace's stacks: record with `_record_memory_history(stacks="python")` or "all"),
+  largest first, with how many segments each group pins;
+- the segments that are mostly free but pinned by a few (at most 4) live blocks, and who pinned them: what
+  fragmentation looks like from the program's side (none of those segments can go back to the device);
+- the replay verdict (minialloc.replay.verdict).
+
+The replay is checked as it runs: when an allocation leaves its recorded address (the snapshot's settings, or
+the model, do not match the run), the report says so at its top, since its figures then describe another run.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .allocator import CachingAllocator
+from .replay import ReplayResult, check_capacity, replay_trace, verdict, what_if_trace
+from .sizes import readable_size
+from .trace import DeviceTrace, TraceError, recorded_config, top_user_frame
+
+BEFORE_RECORDING = "(allocated before the trace began, no stack)"
+DEFAULT_WHAT_IF = ("", "expandable_segments:True", "max_split_size_mb:256")
+
+
+@dataclass
+class Holder:
+    """Live memory allocated from one place in the program."""
+
+    frame: str
+    bytes: int = 0
+    blocks: int = 0
+    segments: int = 0
+
+
+@dataclass
+class PinnedSegment:
+    address: int
+    size: int
+    free: int
+    live_blocks: int
+    holders: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Diagnosis:
+    device: int
+    moment: str  # "failure", "peak" or "entry"
+    entry: int  # the trace entry the state is taken before
+    capacity: int | None
+    reserved: int = 0
+    allocated: int = 0
+    cached_free: int = 0  # reserved but unallocated
+    unusable: int | None = None  # of cached_free, in blocks smaller than the failed request (moment "failure")
+    largest_cached_free_block: int = 0  # cached only: the device's free memory is not counted
+    # at a failure, the OOM message's "largest free block": the larger of the cached one and the device's free
+    oom_largest_free_block: int | None = None
+    request: int = 0  # the failed request's size (moment "failure")
+    diverged_at: int | None = None  # the trace entry where the replay left the run (figures unreliable)
+    holders: list[Holder] = field(default_factory=list)
+    pinned: list[PinnedSegment] = field(default_factory=list)
+    verdict: str = ""
+    rows: list[ReplayResult] = field(default_factory=list, repr=False)
+    allocator: CachingAllocator | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("allocator", "rows")}
+        d["holders"] = [asdict(h) for h in self.holders]
+        d["pinned"] = [asdict(p) for p in self.pinned]
+        d["rows"] = [r.as_dict() for r in self.rows]
+        return d
+
+    def text(self, top: int = 8, width: int = 110) -> str:
+        where = {"failure": "at the first failure", "peak": "at the peak of reserved memory",
+                 "entry": "at the chosen entry"}[self.moment]
+        size = readable_size
+        lines = []
+        if self.diverged_at is not None:
+            lines.append(f"warning: the replay diverges from the run at trace entry {self.diverged_at} (see "
+                         "minialloc replay --check): the figures below are unreliable")
+        lines.append(f"device {self.device}, {where}: before trace entry {self.entry}"
+                     + (f" (a request of {size(self.request)})" if self.request else ""))
+        if self.capacity is not None:
+            lines[-1] += f", on a device of {size(self.capacity)}"
+        free = (f"cached free {size(self.cached_free)}, of it unusable for the request {size(self.unusable)}"
+                if self.unusable is not None else f"cached free {size(self.cached_free)}")
+        lines += [
+            f"  reserved {size(self.reserved)} · allocated {size(self.allocated)} · {free}",
+            f"  largest cached free block {size(self.largest_cached_free_block)}"
+            + ("" if self.oom_largest_free_block is None else
+               f" (counting the device's free memory too, as the OOM message does: "
+               f"{size(self.oom_largest_free_block)})"),
+            "",
+            "who holds the memory (live blocks by the top user frame that allocated them):",
+        ]
+        for h in self.holders[:top]:
+            lines.append(f"  {size(h.bytes):>11}  {_count(h.blocks, 'block'):>11}  {_count(h.segments, 'segment'):>12}"
+                         f"  {h.frame}")
+        if len(self.holders) > top:
+            rest = self.holders[top:]
+            lines.append(f"  {size(sum(h.bytes for h in rest)):>11}  "
+                         f"{_count(sum(h.blocks for h in rest), 'block'):>11}  {'':>12}  in {len(rest)} more places")
+        lines += ["", f"segments mostly free but pinned by at most {PINNED_MAX_LIVE} live blocks (cannot go back "
+                  "to the device):"]
+        if not self.pinned:
+            lines.append("  none")
+        for p in self.pinned[:top]:
+            lines.append(f"  {p.address:#x}  {size(p.size):>10}, {size(p.free):>10} free, "
+                         f"{p.live_blocks} live: {', '.join(p.holders)}")
+        if len(self.pinned) > top:
+            lines.append(f"  ... and {len(self.pinned) - top} more, "
+                         f"{size(sum(p.free for p in self.pinned[top:]))} free in them")
+        if self.verdict:
+            # one short line each (the verdict's own lines are long sentences): wrapped for a terminal
+            lines.append("")
+            for k, line in enumerate(self.verdict.splitlines()):
+                lines += textwrap.wrap(f"verdict: {line}" if k == 0 else line, width,
+                                       subsequent_indent="  ", break_on_hyphens=False)
+        return "\n".join(lines)
+
+
+PINNED_MAX_LIVE = 4  # "a few" live blocks: a segment crowded with more is in use, not pinned
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _moment(trace: DeviceTrace, config: str, capacity: int | None, at: int | None
+            ) -> tuple[str, int, int, int | None]:
+    """(moment, trace entry, request size, the OOM message's largest free block at a failure): the state is
+    taken before that entry's operation."""
+    if at is not None:
+        n = len(trace.entries)
+        if not 0 <= at <= n:  # n itself: the state after the last entry
+            raise TraceError(f"--at {at}: device {trace.device}'s trace has entries 0 to {n - 1}; --at takes 0 "
+                             f"to {n} (the state before that entry; {n}: after the last one)")
+        return "entry", at, 0, None
+    result, _ = replay_trace(trace, config, capacity, at_recorded=True, keep_samples=True)
+    if result.first_failure_entry is not None:
+        return "failure", result.first_failure_entry, result.first_failure_size, result.largest_free_at_failure
+    # the first operation after which reserved, then allocated, is highest; the state is taken after it
+    best = max(range(len(result.samples)), key=lambda k: (result.samples[k][1], result.samples[k][0], -k),
+               default=-1)
+    ops = trace.ops
+    entry = ops[best + 1][1] if best + 1 < len(ops) else len(trace.entries)
+    return "peak", entry, 0, None
+
+
+def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None, at: int | None = None,
+             configs: tuple[str, ...] = DEFAULT_WHAT_IF, replay_rows: bool = True,
+             pinned_free_fraction: float = 0.5) -> Diagnosis:
+    """The report for one device (see the module docstring). capacity None: from an 'oom' entry, else none."""
+    check_capacity(capacity)
+    config = recorded_config(snapshot)
+    if capacity is None:
+        capacity = trace.capacity_at_oom()
+    moment, entry, request, oom_largest = _moment(trace, config, capacity, at)
+    # the whole run, under the recorded settings: where it leaves the recorded addresses, if it does
+    whole, _ = replay_trace(trace, config, capacity, at_recorded=True)
+    _, a = replay_trace(trace, config, capacity, at_recorded=True, until=entry)
+    d = Diagnosis(trace.device, moment, entry, capacity, request=request, allocator=a, diverged_at=whole.diverged_at)
+    d.reserved, d.allocated = a.memory_reserved(), a.memory_allocated()
+    d.cached_free = d.reserved - d.allocated
+    d.largest_cached_free_block = a.largest_free_block()
+    d.oom_largest_free_block = oom_largest
+    if moment == "failure":
+        d.unusable = 0
+
+    frames = _frames_of_live_blocks(trace, entry)
+    segments = a.snapshot()["segments"]
+    groups: dict[str, Holder] = {}
+    seg_sets: dict[str, set[int]] = defaultdict(set)
+    for seg in segments:
+        free = sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive")
+        if d.unusable is not None:
+            d.unusable += sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive" and b["size"] < request)
+        live = [b for b in seg["blocks"] if b["state"] != "inactive"]
+        names = []
+        for b in live:
+            got = frames.get(b["address"])
+            name = BEFORE_RECORDING if got is None else top_user_frame(got)
+            h = groups.setdefault(name, Holder(name))
+            h.bytes += b["size"]
+            h.blocks += 1
+            seg_sets[name].add(seg["address"])
+            names.append(name)
+        if live and len(live) <= PINNED_MAX_LIVE and free >= pinned_free_fraction * seg["total_size"]:
+            counts: dict[str, int] = defaultdict(int)
+            for n in names:
+                counts[n] += 1
+            who = [f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items(), key=lambda t: -t[1])[:2]]
+            d.pinned.append(PinnedSegment(seg["address"], seg["total_size"], free, len(live), who))
+    for name, h in groups.items():
+        h.segments = len(seg_sets[name])
+    d.holders = sorted(groups.values(), key=lambda h: (-h.bytes, h.frame))
+    d.pinned.sort(key=lambda p: (-p.free, p.address))
+    if replay_rows:
+        d.rows = what_if_trace(trace, config, configs, capacity)
+        d.verdict = verdict(d.rows, capacity, trace.reserved_at_start)
+    return d
+
+
+def _frames_of_live_blocks(trace: DeviceTrace, entry: int) -> dict[int, list | None]:
+    """address -> frames of the allocation that made the block live there before `entry` (the replay under the
+    recorded settings puts every block at its recorded address, so the trace's own alloc entries name them)."""
+    frames: dict[int, list | None] = {b["address"]: b["frames"] or None for s in trace.start_segments
+                                      for b in s["blocks"] if b["state"] == "active_allocated"}
+    for e in trace.entries[:entry]:
+        if e.get("action") == "alloc":
+            frames[e["addr"]] = e.get("frames") or []
+    return frames
+
+
+def save_diagnosis_plots(d: Diagnosis, trace: DeviceTrace, out_dir: str | Path, config: str) -> list[Path]:
+    """The segment map at the diagnosed moment and the run's timeline, as PNG and SVG.
+
+    Only measured figures go on them: the device's free memory is shown when there is a capacity (without one
+    the simulated device is a stand-in for "no limit", whose free memory means nothing), and the timeline is the
+    recorded run in trace entries, with the diagnosed entry marked, so "before trace entry N" can be found on it."""
+    from .viz._common import discard
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in diagnosis_figures(d, trace):
+        for fmt in ("png", "svg"):
+            path = out / f"device{d.device}_{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=110)
+            paths.append(path)
+        discard(fig)
+    return paths
+
+
+def diagnosis_figures(d: Diagnosis, trace: DeviceTrace) -> list[tuple[str, Any]]:
+    """(name, matplotlib Figure) of the segment map at the diagnosed moment and the recorded run's timeline."""
+    from .viz import plot_segment_map, plot_timeline
+    from .viz._common import Source
+    from .viz.timeline import device_trace_timeline
+
+    assert d.allocator is not None
+    a = d.allocator
+    free = None if d.capacity is None else max(0, d.capacity - a.memory_reserved())
+    source = Source(a.snapshot(), a, free, d.capacity,
+                    [(seg.ptr, seg.size) for seg in getattr(a, "expandable_segments", [])])
+    title = f"device {d.device} before trace entry {d.entry} ({d.moment})"
+    timeline = device_trace_timeline(trace, d.capacity)
+    mark = (d.entry, f"diagnosed: before entry {d.entry} ({d.moment})")
+    return [("segment_map", plot_segment_map(source, title=title)),
+            ("timeline", plot_timeline(timeline, capacity=d.capacity, mark=mark,
+                                       title=f"device {d.device}: the recorded run"))]

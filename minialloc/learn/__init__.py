@@ -1,0 +1,392 @@
+"""The course's predict-then-run and exercise harness: commit to an answer, then let minialloc say if it holds.
+
+A learner uses two calls, each in the cell after the one they edit::
+
+    rounded = ...                                    # cell tagged "predict": the learner replaces ... with a guess
+    learn.reveal("c1-rounded", rounded, actual, "why the allocator does this")
+
+    def release_and_retry(alloc, size): ...          # cell tagged "exercise": the learner writes the body
+    learn.check("c1-retry", release_and_retry, chapter1.check_release_and_retry)
+
+Both print plain text (readable in a terminal and in JupyterLab; in JupyterLab a small coloured HTML rendering is
+shown as well), return that text, record the outcome under the id, and never raise: a learner's mistake is
+feedback, not a traceback. ``results()`` gives every id's latest outcome:
+
+- predictions: ``"not yet"`` (the guess is still ``...``), ``"right"`` or ``"wrong"``;
+- exercises: ``"not yet"`` (the body still raises ``NotImplementedError`` or returns ``...``), ``"passed"`` or
+  ``"failed"``.
+
+For chapter authors, the checker contract (``minialloc/learn/chapterN.py`` holds one checker per exercise, with
+the hidden reference solution beside it, never in the notebook):
+
+- A checker is ``checker(learner_obj) -> str | None``. It exercises the learner's function or trace on minialloc
+  and compares with the hidden reference. Returning normally means "passed"; a returned string is added to the
+  "passed" line (say what the learner's code just showed).
+- To say what is wrong, raise ``Wrong(message, hint)``: ``message`` states what the learner's code did that is
+  wrong (the input, what came back, what was expected of it in words, never the expected value when that value
+  is the answer); ``hint`` points at the idea to re-read. ``check`` prints both.
+- Call the learner's code through ``call(fn, *args, **kwargs)``: a body that returns ``...`` then counts as
+  "not yet", as does one that raises ``NotImplementedError``. Any other exception escaping the checker is reported
+  as "failed" with the exception and the learner's line that raised it; so a checker that wants to accept an
+  exception (an ``OutOfMemoryError`` the exercise asks for) must catch it itself.
+- ``expect(condition, message, hint)`` is a one-line ``Wrong``.
+- Raise ``NotYet(message)`` for any other "the learner has not started" state (an empty trace list, say).
+
+Prediction ids and exercise ids share one namespace; use ``cN-...`` for chapter N.
+
+Languages: everything printed follows ``minialloc.lang.get_lang()`` (a translated chapter sets it once). Each
+module keeps its learner-facing strings in one dict of message ids -> ``{"en": ..., "vi": ..., "de": ...}`` and
+turns an entry into text with ``say(table, id, **fields)`` when it raises or prints, never at import. The outcomes
+that ``results()`` records ("not yet", "passed", ...) are the same in every language.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import numbers
+import re
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..lang import say
+
+__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "reset", "results", "reveal", "say"]
+
+NOT_YET = "not yet"
+_RESULTS: dict[str, str] = {}
+
+# What the harness itself prints, in the three languages of the course.
+TEXT: dict[str, dict[str, str]] = {
+    "blank": {
+        "en": "your function still returns ..., the blank template",
+        "vi": "hàm của bạn vẫn trả về ..., tức là vẫn là khung để trống",
+        "de": "Ihre Funktion gibt noch ... zurück, die leere Vorlage",
+    },
+    "predict_not_yet": {
+        "en": "[{id}] not yet: write your prediction in the cell above (replace the ...), then run this cell",
+        "vi": "[{id}] chưa làm: hãy ghi dự đoán của bạn vào ô phía trên (thay dấu ...), rồi chạy ô này",
+        "de": "[{id}] noch nicht: Schreiben Sie Ihre Vorhersage in die Zelle darüber (anstelle von ...) und "
+              "führen Sie dann diese Zelle aus",
+    },
+    "right": {"en": "[{id}] right: {actual}", "vi": "[{id}] đúng: {actual}", "de": "[{id}] richtig: {actual}"},
+    "why": {"en": "why: {why}", "vi": "vì sao: {why}", "de": "warum: {why}"},
+    "wrong": {
+        "en": "[{id}] wrong: you predicted {guess}, minialloc gives {actual}",
+        "vi": "[{id}] sai: bạn dự đoán {guess}, minialloc cho ra {actual}",
+        "de": "[{id}] falsch: Ihre Vorhersage war {guess}, minialloc liefert {actual}",
+    },
+    "item": {
+        "en": "item {n}: you said {guess}, it is {actual}",
+        "vi": "phần tử {n}: bạn ghi {guess}, thực tế là {actual}",
+        "de": "Element {n}: Sie sagten {guess}, tatsächlich {actual}",
+    },
+    "count": {
+        "en": "you gave {got} items, the answer has {want}",
+        "vi": "bạn đưa ra {got} phần tử, đáp án có {want}",
+        "de": "Sie haben {got} Elemente angegeben, die Antwort hat {want}",
+    },
+    "tolerance": {
+        "en": "(within {tol} would have counted as right)",
+        "vi": "(sai lệch trong khoảng {tol} vẫn được tính là đúng)",
+        "de": "(eine Abweichung bis {tol} hätte als richtig gegolten)",
+    },
+    "that_is": {"en": "{value}, that is ({units})", "vi": "{value}, tức là ({units})",
+                "de": "{value}, also ({units})"},
+    "no_compare": {
+        "en": "[{id}] could not compare your prediction ({error})",
+        "vi": "[{id}] không so sánh được dự đoán của bạn ({error})",
+        "de": "[{id}] Ihre Vorhersage ließ sich nicht vergleichen ({error})",
+    },
+    "your_line": {
+        "en": "  in your code, line {line}: {code}",
+        "vi": "  trong mã của bạn, dòng {line}: {code}",
+        "de": "  in Ihrem Code, Zeile {line}: {code}",
+    },
+    "your_line_bare": {
+        "en": "  in your code, line {line}",
+        "vi": "  trong mã của bạn, dòng {line}",
+        "de": "  in Ihrem Code, Zeile {line}",
+    },
+    "exercise_blank": {
+        "en": "[{id}] not yet: fill in the cell above, then run this cell",
+        "vi": "[{id}] chưa làm: hãy điền vào ô phía trên, rồi chạy ô này",
+        "de": "[{id}] noch nicht: Füllen Sie die Zelle darüber aus und führen Sie dann diese Zelle aus",
+    },
+    "exercise_not_yet": {
+        "en": "[{id}] not yet{detail}: fill in the cell above (replace `raise NotImplementedError` or `...`), "
+              "then run both cells",
+        "vi": "[{id}] chưa làm{detail}: hãy điền vào ô phía trên (thay `raise NotImplementedError` hoặc `...`), "
+              "rồi chạy cả hai ô",
+        "de": "[{id}] noch nicht{detail}: Füllen Sie die Zelle darüber aus (anstelle von "
+              "`raise NotImplementedError` oder `...`) und führen Sie dann beide Zellen aus",
+    },
+    "not_implemented": {
+        "en": "[{id}] not yet: your code still raises NotImplementedError; write it in the cell above, then run "
+              "both cells",
+        "vi": "[{id}] chưa làm: mã của bạn vẫn báo NotImplementedError; hãy viết mã vào ô phía trên, rồi chạy "
+              "cả hai ô",
+        "de": "[{id}] noch nicht: Ihr Code löst noch NotImplementedError aus; schreiben Sie ihn in die Zelle "
+              "darüber und führen Sie dann beide Zellen aus",
+    },
+    "not_passed": {"en": "[{id}] not passed: {message}", "vi": "[{id}] chưa đạt: {message}",
+                   "de": "[{id}] nicht bestanden: {message}"},
+    "hint": {"en": "hint: {hint}", "vi": "gợi ý: {hint}", "de": "Hinweis: {hint}"},
+    "recursed": {
+        "en": "[{id}] not passed: your code recursed without end",
+        "vi": "[{id}] chưa đạt: mã của bạn đệ quy không có điểm dừng",
+        "de": "[{id}] nicht bestanden: Ihr Code ruft sich endlos rekursiv auf",
+    },
+    "raised": {
+        "en": "[{id}] not passed: your code raised {error}",
+        "vi": "[{id}] chưa đạt: mã của bạn gây ra lỗi {error}",
+        "de": "[{id}] nicht bestanden: Ihr Code löste einen Fehler aus, {error}",
+    },
+    "passed": {"en": "[{id}] passed", "vi": "[{id}] đạt", "de": "[{id}] bestanden"},
+    "passed_note": {"en": "[{id}] passed: {note}", "vi": "[{id}] đạt: {note}", "de": "[{id}] bestanden: {note}"},
+}
+
+
+
+
+class Wrong(Exception):
+    """Raised by a checker: the learner's code ran and is wrong. ``message`` says what is wrong, ``hint`` where to
+    look; neither gives the answer."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class NotYet(Exception):
+    """Raised by a checker (or by ``call``) when the learner's code is still the blank template."""
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's function; a result of ``...`` (the blank template's return) means "not yet"."""
+    result = fn(*args, **kwargs)
+    if result is Ellipsis:
+        raise NotYet(say(TEXT, "blank"))
+    return result
+
+
+def expect(condition: object, message: str, hint: str = "") -> None:
+    """Raise ``Wrong(message, hint)`` unless ``condition`` holds."""
+    if not condition:
+        raise Wrong(message, hint)
+
+
+def results() -> dict[str, str]:
+    """Every id seen so far -> its latest outcome ("not yet", "right", "wrong", "passed", "failed")."""
+    return dict(_RESULTS)
+
+
+def reset() -> None:
+    """Forget every recorded outcome (a fresh start, and the harness's own tests)."""
+    _RESULTS.clear()
+
+
+# --- comparing a prediction with what minialloc did ---------------------------------------------------------
+
+
+def _norm_text(s: str) -> str:
+    # "Large pool", "large  pool" and "largepool" are the same answer: case and spaces carry no meaning here.
+    return re.sub(r"\s+", "", s).casefold()
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, numbers.Number) and not isinstance(x, bool)
+
+
+def _same(guess: Any, actual: Any, rel_tol: float) -> bool:
+    """True when the prediction matches: numbers within rel_tol, text ignoring case and spaces, containers
+    element by element (a list guess for a tuple answer is fine; a set answer ignores order)."""
+    if isinstance(actual, bool) or isinstance(guess, bool):
+        return isinstance(guess, bool) and isinstance(actual, bool) and guess == actual
+    if _is_number(actual):
+        if isinstance(guess, str):
+            guess = _size_from_text(guess)
+            if guess is None:
+                return False
+        if not _is_number(guess):
+            return False
+        if rel_tol == 0:
+            return guess == actual
+        return math.isclose(guess, actual, rel_tol=rel_tol)
+    if isinstance(actual, str):
+        return isinstance(guess, str) and _norm_text(guess) == _norm_text(actual)
+    if isinstance(actual, (set, frozenset)):
+        if not isinstance(guess, (set, frozenset, list, tuple, range)):
+            return False
+        # Order does not matter; each actual element must be matched by exactly one guessed element.
+        remaining = list(guess)
+        if len(remaining) != len(actual):
+            return False
+        for a in actual:
+            for i, g in enumerate(remaining):
+                if _same(g, a, rel_tol):
+                    del remaining[i]
+                    break
+            else:
+                return False
+        return True
+    if isinstance(actual, Mapping):
+        return (isinstance(guess, Mapping) and set(guess) == set(actual)
+                and all(_same(guess[k], actual[k], rel_tol) for k in actual))
+    if isinstance(actual, (list, tuple, range)):
+        return (isinstance(guess, (list, tuple, range)) and len(guess) == len(actual)
+                and all(_same(g, a, rel_tol) for g, a in zip(guess, actual, strict=True)))
+    try:
+        return bool(guess == actual)
+    except Exception:  # an odd object whose == raises: a mismatch, not a crash in the learner's face
+        return False
+
+
+def _size_from_text(text: str) -> int | None:
+    """'20 MiB' -> 20971520, so a learner may write sizes with units; None when the text is no size."""
+    from ..sizes import parse_size  # here, not at the top: keeps `import minialloc.learn` light
+
+    try:
+        return parse_size(text.strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _wrong_parts(guess: Any, actual: Any, rel_tol: float) -> list[str]:
+    """For a tuple/list answer, which positions differ (so "3 of 5 right" can say which)."""
+    if (isinstance(actual, (list, tuple)) and isinstance(guess, (list, tuple)) and len(guess) == len(actual)):
+        return [say(TEXT, "item", n=i + 1, guess=repr(g), actual=repr(a))
+                for i, (g, a) in enumerate(zip(guess, actual, strict=True)) if not _same(g, a, rel_tol)]
+    if isinstance(actual, (list, tuple)) and isinstance(guess, (list, tuple)):
+        return [say(TEXT, "count", got=len(guess), want=len(actual))]
+    return []
+
+
+def _show(value: Any) -> str:
+    """A value as the learner reads it: byte counts also in PyTorch's units."""
+    from ..sizes import format_size
+
+    def big(x: Any) -> bool:
+        return _is_number(x) and isinstance(x, numbers.Integral) and abs(int(x)) >= 1024
+
+    if big(value):
+        return f"{value!r} ({format_size(int(value))})"
+    if isinstance(value, (list, tuple)) and any(big(x) for x in value):
+        # (1024, 'small', 2097152, ...) is hard to read: repeat it with sizes in PyTorch's units
+        units = ", ".join(format_size(int(x)) if big(x) else repr(x) for x in value)
+        return say(TEXT, "that_is", value=repr(value), units=units)
+    return repr(value)
+
+
+# --- output ---------------------------------------------------------------------------------------------------
+
+
+def _emit(text: str, status: str) -> None:
+    """Print text; in a Jupyter kernel, publish it with an HTML twin so the outcome stands out."""
+    shell = None
+    ipython = sys.modules.get("IPython")
+    if ipython is not None:
+        try:
+            shell = ipython.get_ipython()
+        except Exception:
+            shell = None
+    if shell is None or not hasattr(shell, "kernel"):
+        print(text)
+        return
+    colour = {"right": "#1a7f37", "passed": "#1a7f37", "wrong": "#b35900", "failed": "#b35900"}.get(status, "#555")
+    body = html.escape(text).replace("\n", "<br>")
+    markup = (f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0;'
+              f'font-family:var(--jp-code-font-family,monospace);white-space:pre-wrap">{body}</div>')
+    from IPython.display import display
+
+    display({"text/plain": text, "text/html": markup}, raw=True)
+
+
+class Feedback(str):
+    """The text that was printed. In a notebook, a cell ending in ``reveal(...)`` must not print it twice."""
+
+    def _ipython_display_(self) -> None:  # IPython calls this instead of showing the repr: already shown
+        return None
+
+
+def _record(key: str, status: str, text: str) -> Feedback:
+    _RESULTS[str(key)] = status
+    try:
+        _emit(text, status)
+    except Exception:  # output must never be what breaks a learner's cell
+        print(text)
+    return Feedback(text)
+
+
+# --- the two calls --------------------------------------------------------------------------------------------
+
+
+def reveal(pid: str, guess: Any, actual: Any, why: str, *, rel_tol: float = 0.0) -> str:
+    """Compare a learner's prediction with what minialloc did, and say why. Never raises.
+
+    ``guess`` is ``...`` while the learner has not predicted: then nothing is revealed. Numbers compare within
+    ``rel_tol`` (a byte count may also be guessed as text: "20 MiB"); text ignores case and spaces; tuples and
+    lists compare element by element; sets ignore order.
+    """
+    try:
+        if guess is Ellipsis:
+            return _record(pid, NOT_YET, say(TEXT, "predict_not_yet", id=pid))
+        if _same(guess, actual, rel_tol):
+            text = say(TEXT, "right", id=pid, actual=_show(actual)) + "\n" + say(TEXT, "why", why=why)
+            return _record(pid, "right", text)
+        lines = [say(TEXT, "wrong", id=pid, guess=_show(guess), actual=_show(actual))]
+        lines += [f"  {part}" for part in _wrong_parts(guess, actual, rel_tol)]
+        if rel_tol:
+            lines.append("  " + say(TEXT, "tolerance", tol=f"{rel_tol:.0%}"))
+        lines.append(say(TEXT, "why", why=why))
+        return _record(pid, "wrong", "\n".join(lines))
+    except Exception as exc:  # a harness bug must not stop the learner's notebook
+        return _record(pid, "wrong", say(TEXT, "no_compare", id=pid, error=f"{type(exc).__name__}: {exc}"))
+
+
+def _learner_line(tb: Any) -> str:
+    """The last frame outside minialloc: the line of the learner's own code that raised."""
+    import os
+
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package_dir)]
+    frames = [f for f in frames if f.filename != __file__]
+    if not frames:
+        return ""
+    f = frames[-1]
+    if f.line:
+        return say(TEXT, "your_line", line=f.lineno, code=f.line)
+    return say(TEXT, "your_line_bare", line=f.lineno)
+
+
+def check(eid: str, learner_obj: Any, checker: Callable[[Any], str | None]) -> str:
+    """Run a chapter's checker on the learner's function or trace, and say "passed", "not yet" or what is wrong
+    with a hint. Never raises; records the outcome under ``eid``."""
+    if learner_obj is Ellipsis:
+        return _record(eid, NOT_YET, say(TEXT, "exercise_blank", id=eid))
+    try:
+        note = checker(learner_obj)
+    except NotYet as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        return _record(eid, NOT_YET, say(TEXT, "exercise_not_yet", id=eid, detail=detail))
+    except NotImplementedError:
+        return _record(eid, NOT_YET, say(TEXT, "not_implemented", id=eid))
+    except Wrong as exc:
+        text = say(TEXT, "not_passed", id=eid, message=exc.message)
+        if exc.hint:
+            text += "\n" + say(TEXT, "hint", hint=exc.hint)
+        return _record(eid, "failed", text)
+    except RecursionError:
+        return _record(eid, "failed", say(TEXT, "recursed", id=eid))
+    except Exception as exc:  # the learner's code raised: say what and where, not a traceback
+        where = _learner_line(exc.__traceback__)
+        text = say(TEXT, "raised", id=eid, error=f"{type(exc).__name__}: {exc}")
+        if where:
+            text += "\n" + where
+        return _record(eid, "failed", text)
+    if note:
+        return _record(eid, "passed", say(TEXT, "passed_note", id=eid, note=note))
+    return _record(eid, "passed", say(TEXT, "passed", id=eid))

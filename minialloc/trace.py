@@ -1,0 +1,551 @@
+"""One reader for recorded runs: a snapshot's trace as replay operations, and the state at its first entry.
+
+Everything that replays a recorded run (the `minialloc replay` and `diagnose` commands, the stepper, the
+pictures) reads it here, so they agree on what the run did.
+
+A real trace starts mid-run: `torch.cuda.memory._record_memory_history()` is switched on after the model is
+loaded, or its ring buffer (max_entries) dropped the oldest entries. So the trace frees blocks it never allocated,
+and most segments existed before its first entry. `state_at_trace_start` rebuilds that state from the snapshot's
+final segments and its trace:
+
+- Segments: walk the trace backwards from the final segments, dropping each segment_alloc and restoring each
+  segment_free (for expandable segments: cutting out each segment_map's range, restoring each segment_unmap's).
+- Live blocks at the first entry: those whose first event in the trace is a free, and the final live blocks the
+  trace never allocated. Everything else in a segment was free, one merged block per gap.
+- Block sizes: a final block keeps its size. A block freed in the trace has its rounded request (round_size) as
+  size, plus, in the large pool, maybe a tail it was not split from (should_split leaves a remainder of 1 MiB or
+  less inside the block). A large-pool free block is never 1 MiB or smaller, so a gap of at most 1 MiB right
+  after the block is its tail; in a larger gap the first allocation that lands in it before the block is freed
+  shows where the free block began (an allocation takes the front of the free block it splits).
+
+The operations (`device_ops`): an 'alloc' entry is a malloc of its requested size; the block is freed at its
+'free_completed' (when PyTorch could reuse it; at 'free_requested' when the trace has no completions); an 'oom'
+entry is the request that failed, tried again; a run of segment_free / segment_unmap entries is PyTorch giving
+back cached segments: followed by a new segment (or an oom) it was a malloc's release-and-retry (RETRY_RELEASE),
+else an empty_cache() call (EMPTY_CACHE). Both carry the released addresses: a replay that follows the run
+exactly releases just those segments (release_available_cached_blocks, with max_split_size, releases only some),
+while a what-if replay calls empty_cache() for the one and leaves the other to its own malloc. segment_alloc and
+segment_map entries travel with the next malloc, so a replay at the recorded addresses can place a new segment (or
+a new expandable segment's reservation, whose first mapping is at its start) where the run got it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import AllocatorConfig, ConfigError
+from .sizes import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, MiB
+from .snapshot import SnapshotError, load_snapshot
+
+MALLOC, FREE, EMPTY_CACHE, OOM, RETRY_RELEASE = 0, 1, 2, 3, 4
+OP_NAMES = ("malloc", "free", "empty_cache", "oom", "retry_release")
+_RELEASES = ("segment_free", "segment_unmap")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read or replayed: the message names the file and the trace entry."""
+
+
+# An operation is a plain tuple (fast to build, and invisible to the garbage collector):
+# (kind, entry index in device_traces[device], size, stream, recorded address, segments made for it: segment_alloc
+# addresses, and segment_map addresses negated)
+# For OOM the address field holds the entry's device_free.
+Op = tuple[int, int, int, int, int, tuple[int, ...]]
+
+
+@dataclass
+class DeviceTrace:
+    """One device's trace, read: its operations, the state at its first entry, and what the run reserved."""
+
+    device: int
+    entries: list[dict]
+    ops: list[Op]
+    start_segments: list[dict]
+    reserved_at_start: int
+    recorded_peak_reserved: int
+    oom_entries: list[int] = field(default_factory=list)  # indices of 'oom' entries
+    reserved_after: list[int] = field(default_factory=list, repr=False)  # reserved after each entry (recorded)
+    from_empty: bool = False  # the state before the trace was left out
+    # what the recorded run held at the first entry, even when a from-empty replay leaves it out: reserved bytes
+    # (the final segments minus the trace's segment events) and live blocks (freed in the trace before any
+    # allocation there, or live at the end and never allocated in it) with their requested bytes
+    recorded_reserved_at_start: int = 0
+    recorded_live_at_start: tuple[int, int] = (0, 0)
+
+    @property
+    def live_at_start(self) -> dict[int, int]:
+        """address -> requested size of every block live at the first entry."""
+        return {b["address"]: b["requested_size"] for s in self.start_segments for b in s["blocks"]
+                if b["state"] == "active_allocated"}
+
+    def capacity_at_oom(self) -> int | None:
+        """What PyTorch could use at the first recorded OOM: reserved then plus the driver's free bytes."""
+        if not self.oom_entries:
+            return None
+        i = self.oom_entries[0]
+        free = int(self.entries[i].get("device_free", self.entries[i].get("addr", 0)))
+        return self.reserved_after[i] + free
+
+
+# -- reading files ---------------------------------------------------------------------------------------------
+def read_snapshot(path: str | Path) -> dict:
+    """A snapshot pickle, or TraceError with a one-line reason naming the file."""
+    try:
+        return load_snapshot(path)
+    except SnapshotError as e:
+        raise TraceError(str(e)) from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the file: {e.strerror or e}") from None
+
+
+def devices(snapshot: dict) -> list[int]:
+    """The devices a snapshot says anything about: a non-empty trace or a segment."""
+    found = {d for d, t in enumerate(snapshot.get("device_traces") or []) if t}
+    found |= {int(s.get("device", 0)) for s in snapshot.get("segments", [])}
+    return sorted(found)
+
+
+def recorded_config(snapshot: dict) -> str:
+    """The run's own allocator settings as a config string ('' for PyTorch's defaults).
+
+    Built from allocator_settings' fields (what PyTorch actually used) rather than the PYTORCH_CUDA_ALLOC_CONF
+    text, which may hold keys minialloc does not model."""
+    s = snapshot.get("allocator_settings") or {}
+    parts = []
+    if s.get("expandable_segments"):
+        parts.append("expandable_segments:True")
+    mss = s.get("max_split_size", -1)
+    if isinstance(mss, int) and 0 < mss < 2**63:
+        parts.append(f"max_split_size_mb:{mss // MiB}")
+    gc = s.get("garbage_collection_threshold", 0.0) or 0.0
+    if 0.0 < gc < 1.0:
+        parts.append(f"garbage_collection_threshold:{gc}")
+    divs = s.get("roundup_power2_divisions") or {}
+    if any(divs.values()):
+        items = sorted((int(k), int(v)) for k, v in divs.items())
+        body = ",".join(f"{k}:{v}" for k, v in items[:-1]) + f",>:{items[-1][1]}"
+        parts.append(f"roundup_power2_divisions:[{body}]")
+    text = ",".join(parts)
+    try:
+        AllocatorConfig.parse(text)
+    except ConfigError:  # a setting minialloc reads differently: keep what it can
+        text = ",".join(p for p in parts if not p.startswith("roundup"))
+    return text
+
+
+# -- operations ------------------------------------------------------------------------------------------------
+def empty_cache_entries(snapshot: dict, device: int, entries: Sequence[dict]) -> set[int]:
+    """Indices of the release entries that lie inside an empty_cache() call, as minialloc marks one while it
+    records history: a pair of external annotations named "empty_cache", stage START and END, in the form
+    PyTorch gives record_function annotations (a PyTorch run wrapped in record_function("empty_cache") with
+    global_record_annotations reads the same). The trace entries themselves stay PyTorch's."""
+    spans, start = [], None
+    for a in snapshot.get("external_annotations") or ():
+        if not isinstance(a, dict) or a.get("name") != "empty_cache" or a.get("device", device) != device:
+            continue
+        if a.get("stage") == "START":
+            start = a.get("time_us")
+        elif a.get("stage") == "END" and isinstance(start, int) and isinstance(a.get("time_us"), int):
+            spans.append((start, a["time_us"]))
+            start = None
+    if not spans:
+        return set()
+    return {i for i, e in enumerate(entries) if e.get("action") in _RELEASES and isinstance(e.get("time_us"), int)
+            and any(t0 <= e["time_us"] <= t1 for t0, t1 in spans)}
+
+
+def device_ops(entries: Sequence[dict], max_split_size: int | None = None,
+               empty_cache_at: Collection[int] = ()) -> list[Op]:
+    """The trace as replay operations (see the module docstring).
+
+    A malloc's retry that releases every free cached segment (release_cached_blocks) leaves the state
+    empty_cache() leaves, so such a run is read as EMPTY_CACHE whatever it was. Only with max_split_size set can
+    a malloc release some segments and not others (release_available_cached_blocks frees oversize segments, of
+    max_split_size or more): a run of such releases followed by a new segment is read as RETRY_RELEASE.
+    minialloc's own traces mark empty_cache() with annotations (empty_cache_entries gives empty_cache_at)."""
+    has_completion = any(e.get("action") == "free_completed" for e in entries)
+    free_action = "free_completed" if has_completion else "free_requested"
+    ops: list[Op] = []
+    segs: list[int] = []
+    previous = None
+    release: list[int] | None = None  # the run of releases in progress: the index of its op, then addresses
+    sizes: list[int] = []  # the sizes it released
+    for i, e in enumerate(entries):
+        action = e.get("action")
+        if release is not None and action not in _RELEASES and action not in ("free_requested", "free_completed",
+                                                                              "snapshot"):
+            k = release[0]
+            retry = max_split_size is not None and action in ("segment_alloc", "oom") and ops[k][4] != -1
+            retry = retry and all(size >= max_split_size for size in sizes)
+            kind = RETRY_RELEASE if retry else EMPTY_CACHE
+            ops[k] = (kind, *ops[k][1:5], tuple(release[1:]))
+            release = None
+        if action == "alloc":
+            ops.append((MALLOC, i, int(e["size"]), int(e.get("stream", 0)), int(e["addr"]), tuple(segs)))
+            segs = []
+        elif action == free_action:
+            ops.append((FREE, i, int(e["size"]), int(e.get("stream", 0)), int(e["addr"]), ()))
+        elif action == "segment_alloc":
+            segs.append(int(e["addr"]))
+        elif action == "segment_map":
+            segs.append(-int(e["addr"]))  # negative: a mapping, whose range may be a new reservation
+        elif action in _RELEASES:
+            if previous not in _RELEASES:
+                release, sizes = [len(ops)], []
+                marked = -1 if i in empty_cache_at else 0  # minialloc's mark of the call
+                ops.append((EMPTY_CACHE, i, 0, int(e.get("stream", 0)), marked, ()))
+            if release is not None:  # ordinary segments by address, mapped ranges negated
+                release.append(int(e["addr"]) if action == "segment_free" else -int(e["addr"]))
+                sizes.append(int(e["size"]))
+        elif action == "oom":
+            free = e.get("device_free", e.get("addr", 0))
+            ops.append((OOM, i, int(e["size"]), int(e.get("stream", 0)), int(free), ()))
+            segs = []
+        if action not in ("free_requested", "free_completed", "snapshot"):
+            previous = action  # frees and snapshots do not end a run of releases
+    if release is not None:
+        k = release[0]
+        ops[k] = (*ops[k][:5], tuple(release[1:]))
+    return ops
+
+
+# -- the state at the first trace entry ------------------------------------------------------------------------
+def _round(size: int, config: AllocatorConfig) -> int:
+    from .allocator import round_size
+
+    return round_size(size, config.roundup_divisions_for(size))
+
+
+def _segments_at_start(final: list[dict], entries: Sequence[dict], source: str) -> list[dict]:
+    """Walk segment events backwards from the final segments (see the module docstring)."""
+    plain = {s["address"]: dict(s) for s in final if not s.get("is_expandable")}
+    mapped = {s["address"]: dict(s) for s in final if s.get("is_expandable")}
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        action = e.get("action")
+        if action == "segment_alloc":
+            if plain.pop(e["addr"], None) is None:
+                raise TraceError(f"{source}: trace entry {i}: segment_alloc at {e['addr']:#x}, but no later state "
+                                 "holds a segment there (the final segments contradict the trace)")
+        elif action == "segment_free":
+            size = int(e["size"])
+            plain[e["addr"]] = {"address": e["addr"], "total_size": size, "stream": int(e.get("stream", 0)),
+                                "segment_type": "small" if size == K_SMALL_BUFFER else "large",
+                                "is_expandable": False}
+        elif action == "segment_map":
+            _cut_range(mapped, int(e["addr"]), int(e["size"]), i, source)
+        elif action == "segment_unmap":
+            _add_range(mapped, int(e["addr"]), int(e["size"]), int(e.get("stream", 0)))
+    out = []
+    for s in list(plain.values()) + list(mapped.values()):
+        out.append({"device": s.get("device", 0), "address": s["address"], "total_size": s["total_size"],
+                    "stream": s["stream"], "segment_type": s.get("segment_type", "large"),
+                    "segment_pool_id": tuple(s.get("segment_pool_id", (0, 0))),
+                    "is_expandable": bool(s.get("is_expandable")), "frames": list(s.get("frames", [])),
+                    "blocks": []})
+    return sorted(out, key=lambda s: s["address"])
+
+
+def _cut_range(mapped: dict[int, dict], addr: int, size: int, i: int, source: str) -> None:
+    for start, s in list(mapped.items()):
+        end = start + s["total_size"]
+        if start <= addr and addr + size <= end:
+            del mapped[start]
+            if addr > start:
+                mapped[start] = dict(s, total_size=addr - start)
+            if addr + size < end:
+                mapped[addr + size] = dict(s, address=addr + size, total_size=end - addr - size)
+            return
+    raise TraceError(f"{source}: trace entry {i}: segment_map of {addr:#x}+{size}, which no later state has "
+                     "mapped (the final segments contradict the trace)")
+
+
+def _add_range(mapped: dict[int, dict], addr: int, size: int, stream: int) -> None:
+    # pages are 2 MiB in the small pool and 20 MiB in the large one: a size that is no multiple of 20 MiB is
+    # small; otherwise guess from the nearest mapped range below (the same reservation, most likely)
+    below = [s for a, s in mapped.items() if a <= addr]
+    if size % (20 * MiB):
+        kind = "small"
+    else:
+        kind = max(below, key=lambda s: s["address"])["segment_type"] if below else "large"
+    new = {"address": addr, "total_size": size, "stream": stream, "segment_type": kind, "is_expandable": True}
+    for a, s in list(mapped.items()):  # merge with touching ranges of the same pool
+        if s["segment_type"] != kind:
+            continue
+        if a + s["total_size"] == new["address"]:
+            del mapped[a]
+            new = dict(s, total_size=s["total_size"] + new["total_size"])
+        elif new["address"] + new["total_size"] == a:
+            del mapped[a]
+            new["total_size"] += s["total_size"]
+    mapped[new["address"]] = new
+
+
+def state_at_trace_start(snapshot: dict, device: int = 0, source: str = "<snapshot>",
+                         config: str | None = None) -> list[dict]:
+    """The segments (snapshot schema) as they were at device_traces[device][0]; see the module docstring.
+
+    config: the run's allocator settings (default: read from the snapshot), for round_size. Raises TraceError
+    naming the trace entry where the final state contradicts the trace."""
+    entries = _trace(snapshot, device)
+    return _start_state(snapshot, device, entries, source, config)[0]
+
+
+def _trace(snapshot: dict, device: int) -> list[dict]:
+    traces = snapshot.get("device_traces") or []
+    return list(traces[device]) if 0 <= device < len(traces) else []
+
+
+def _start_state(snapshot: dict, device: int, entries: list[dict], source: str,
+                 config: str | None) -> tuple[list[dict], list[int]]:
+    conf = AllocatorConfig.parse(recorded_config(snapshot) if config is None else config)
+    final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device]
+    start = _segments_at_start(final, entries, source)
+    has_completion = any(e.get("action") == "free_completed" for e in entries)
+    free_action = "free_completed" if has_completion else "free_requested"
+
+    # every address's first and last event in the trace
+    first: dict[int, tuple[str, int]] = {}
+    last: dict[int, tuple[str, int]] = {}
+    allocs: list[tuple[int, int]] = []  # (entry index, address) of every alloc, in time order
+    for i, e in enumerate(entries):
+        action = e.get("action")
+        if action == "alloc" or action == free_action:
+            kind = "alloc" if action == "alloc" else "free"
+            if kind == "free" and last.get(e["addr"], ("", 0))[0] == "free":
+                raise TraceError(f"{source}: trace entry {i}: frees {e['addr']:#x} a second time with no "
+                                 "allocation between")
+            first.setdefault(e["addr"], (kind, i))
+            last[e["addr"]] = (kind, i)
+            if kind == "alloc":
+                allocs.append((i, e["addr"]))
+
+    final_live = {b["address"]: (s, b) for s in final for b in s["blocks"]
+                  if b["state"] in ("active_allocated", "active_pending_free")}
+    for addr, (kind, i) in last.items():
+        if kind == "alloc" and addr not in final_live:
+            raise TraceError(f"{source}: trace entry {i}: allocates {addr:#x} and the trace never frees it, but "
+                             "the final state has no live block there (the snapshot contradicts its trace)")
+        if kind == "free" and addr in final_live and final_live[addr][1]["state"] == "active_allocated":
+            raise TraceError(f"{source}: trace entry {i}: frees {addr:#x} for the last time, but the final state "
+                             "has a live block there (the snapshot contradicts its trace)")
+
+    # live blocks at the first entry: (address, size or None if unknown, requested, free entry index, frames)
+    live: list[tuple[int, int | None, int, int, list]] = []
+    for addr, (_, b) in final_live.items():
+        if addr not in first:
+            live.append((addr, b["size"], b.get("requested_size", b["size"]), len(entries),
+                         list(b.get("frames", []))))
+    for addr, (kind, i) in first.items():
+        if kind == "free":
+            live.append((addr, None, int(entries[i]["size"]), i, list(entries[i].get("frames", []))))
+
+    starts = [s["address"] for s in start]
+    by_segment: dict[int, list] = {}
+    for item in live:
+        k = bisect.bisect_right(starts, item[0]) - 1
+        if k < 0 or item[0] >= start[k]["address"] + start[k]["total_size"]:
+            where = f"trace entry {item[3]}: frees" if item[3] < len(entries) else "the final state holds"
+            raise TraceError(f"{source}: {where} a block at {item[0]:#x} that lies in no segment the run held at "
+                             "the first trace entry (the snapshot contradicts its trace)")
+        by_segment.setdefault(k, []).append(item)
+
+    for k, seg in enumerate(start):
+        blocks = []
+        end = seg["address"]
+        seg_end = seg["address"] + seg["total_size"]
+        large = seg["segment_type"] == "large" and not seg["is_expandable"]
+        items = sorted(by_segment.get(k, []))
+        for n, (addr, size, requested, freed_at, frames) in enumerate(items):
+            if addr < end:
+                raise TraceError(f"{source}: trace entry {min(freed_at, len(entries) - 1)}: the block at {addr:#x} "
+                                 "overlaps the one before it in the state at the first entry")
+            if addr > end:
+                blocks.append(_block(end, addr - end, 0, "inactive", []))
+            nxt = items[n + 1][0] if n + 1 < len(items) else seg_end
+            if size is None:
+                size = _round(requested, conf)
+                gap = nxt - addr - size
+                if large and 0 < gap <= K_SMALL_SIZE:
+                    size += gap  # a large-pool free block is never 1 MiB or smaller: this is the block's tail
+                elif large and gap > K_SMALL_SIZE:
+                    size += _tail_from_allocs(allocs, addr + size, nxt, freed_at)
+            blocks.append(_block(addr, size, requested, "active_allocated", frames))
+            end = addr + size
+        if end > seg_end:
+            raise TraceError(f"{source}: the block at {blocks[-1]['address']:#x} runs past the end of its segment "
+                             f"{seg['address']:#x}+{seg['total_size']} (the snapshot contradicts its trace)")
+        if end < seg_end:
+            blocks.append(_block(end, seg_end - end, 0, "inactive", []))
+        seg["blocks"] = blocks
+        seg["allocated_size"] = seg["active_size"] = sum(b["size"] for b in blocks if b["state"] != "inactive")
+        seg["requested_size"] = sum(b["requested_size"] for b in blocks)
+    _check_allocs_in_segments(start, entries, source)
+    reserved_after = _reserved_curve(entries, sum(s["total_size"] for s in start))
+    return start, reserved_after
+
+
+def _check_allocs_in_segments(start: list[dict], entries: Sequence[dict], source: str) -> None:
+    """Every allocation must lie in a segment the run held at the first entry or got during the trace."""
+    ranges = sorted([(s["address"], s["address"] + s["total_size"]) for s in start]
+                    + [(e["addr"], e["addr"] + e["size"]) for e in entries
+                       if e.get("action") in ("segment_alloc", "segment_map")])
+    starts = [r[0] for r in ranges]
+    reach: list[int] = []  # the furthest end among ranges starting at or before each one (they may overlap)
+    for _, end in ranges:
+        reach.append(max(end, reach[-1]) if reach else end)
+    for i, e in enumerate(entries):
+        if e.get("action") == "alloc":
+            k = bisect.bisect_right(starts, e["addr"]) - 1
+            if k < 0 or e["addr"] >= reach[k]:
+                raise TraceError(f"{source}: trace entry {i}: allocates at {e['addr']:#x}, in no segment the run "
+                                 "held at the first entry or got later (the snapshot contradicts its trace)")
+
+
+def _tail_from_allocs(allocs: list[tuple[int, int]], lo: int, hi: int, before: int) -> int:
+    """The unsplit tail of a block ending at lo or later: where the first allocation inside [lo, hi) landed
+    before the block was freed, if that is at most 1 MiB in (else no tail)."""
+    for i, addr in allocs:
+        if i >= before:
+            break
+        if lo <= addr < hi:
+            tail = addr - lo
+            return tail if tail <= K_SMALL_SIZE and tail % K_MIN_BLOCK_SIZE == 0 else 0
+    return 0
+
+
+def _block(address: int, size: int, requested: int, state: str, frames: list) -> dict:
+    return {"address": address, "size": size, "requested_size": requested, "state": state, "frames": frames}
+
+
+def _reserved_curve(entries: Sequence[dict], reserved: int) -> list[int]:
+    out = []
+    for e in entries:
+        action = e.get("action")
+        if action in ("segment_alloc", "segment_map"):
+            reserved += int(e["size"])
+        elif action in _RELEASES:
+            reserved -= int(e["size"])
+        out.append(reserved)
+    return out
+
+
+def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>",
+                      from_empty: bool = False) -> DeviceTrace:
+    """Everything a replay needs about one device. from_empty: ignore what the run held before the trace."""
+    entries = _trace(snapshot, device)
+    if not entries:
+        raise TraceError(
+            f"{source}: the snapshot has no trace for device {device}: record one with "
+            "torch.cuda.memory._record_memory_history() (or minialloc's record_memory_history) before the run"
+        )
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or "action" not in e:
+            raise TraceError(f"{source}: trace entry {i} of device {device} is not a trace entry dict: {e!r:.80}")
+        if e["action"] in ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                           "segment_map", "segment_unmap") and not isinstance(e.get("addr"), int):
+            raise TraceError(f"{source}: trace entry {i} ({e['action']}) has no integer 'addr'")
+    if from_empty:
+        start: list[dict] = []
+        # the recorded figures stay the run's own: reserved at the first entry is the final segments' total
+        # minus what the trace's segment events added (a from-empty replay leaves it out, the run did not)
+        final = sum(int(s["total_size"]) for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device)
+        recorded_start = max(0, final - (_reserved_curve(entries, 0)[-1]))
+        reserved_after = _reserved_curve(entries, recorded_start)
+        live = _live_before_trace(snapshot, device, entries)
+    else:
+        start, reserved_after = _start_state(snapshot, device, entries, source, None)
+        recorded_start = sum(s["total_size"] for s in start)
+        blocks = [b for s in start for b in s["blocks"] if b["state"] == "active_allocated"]
+        live = (len(blocks), sum(b["requested_size"] for b in blocks))
+    at_start = sum(s["total_size"] for s in start)
+    ooms = [i for i, e in enumerate(entries) if e.get("action") == "oom"]
+    max_split = (snapshot.get("allocator_settings") or {}).get("max_split_size", -1)
+    max_split = max_split if isinstance(max_split, int) and 0 < max_split < 2**63 else None
+    ops = device_ops(entries, max_split, empty_cache_entries(snapshot, device, entries))
+    return DeviceTrace(device, entries, ops, start, at_start,
+                       max([recorded_start, *reserved_after]), ooms, reserved_after, from_empty,
+                       recorded_start, live)
+
+
+def _live_before_trace(snapshot: dict, device: int, entries: Sequence[dict]) -> tuple[int, int]:
+    """(blocks, requested bytes) live at the first entry, without rebuilding the segments: the blocks whose
+    first event is a free, and the final live blocks the trace never allocated."""
+    has_completion = any(e.get("action") == "free_completed" for e in entries)
+    free_action = "free_completed" if has_completion else "free_requested"
+    seen: set[int] = set()
+    count = nbytes = 0
+    for e in entries:
+        action = e.get("action")
+        if action == "alloc":
+            seen.add(e["addr"])
+        elif action == free_action and e["addr"] not in seen:
+            seen.add(e["addr"])
+            count, nbytes = count + 1, nbytes + int(e.get("size", 0))
+    for s in snapshot.get("segments", []):
+        if int(s.get("device", 0)) != device:
+            continue
+        for b in s.get("blocks", []):
+            if b.get("state") in ("active_allocated", "active_pending_free") and b["address"] not in seen:
+                count, nbytes = count + 1, nbytes + int(b.get("requested_size", b["size"]))
+    return count, nbytes
+
+
+def top_user_frame(frames: Sequence[dict] | None) -> str:
+    """The innermost frame of the user's own Python code: not PyTorch's C++, not torch/ or site-packages.
+
+    Tensors made by the backward pass run on autograd's own C++ thread, with no Python frame: they are named by
+    the autograd node that made them ("backward: MmBackward0")."""
+    for f in frames or ():
+        name, filename = str(f.get("name", "")), str(f.get("filename", ""))
+        if not filename.endswith(".py") or "site-packages" in filename or "/torch/" in filename:
+            continue
+        return f"{name} ({Path(filename).name}:{f.get('line', 0)})"
+    if not frames:
+        return "(no stack recorded)"
+    names = [str(f.get("name", "")) for f in frames]
+    for name in names:
+        if name.startswith("torch::autograd::generated::") and "::apply" in name:
+            return "backward: " + name.split("::")[3].split("_apply")[0].split("(")[0]
+        if "torch::autograd::AccumulateGrad" in name:
+            return "backward: AccumulateGrad (the .grad tensors)"
+    if any("torch::autograd::Engine" in name for name in names):
+        return "backward: autograd engine"
+    return "(no Python frame)"
+
+
+def user_frames(frames: Sequence[dict] | None, limit: int = 3) -> list[str]:
+    """Up to `limit` of the user's own Python frames, innermost first (see top_user_frame)."""
+    out = []
+    for f in frames or ():
+        filename = str(f.get("filename", ""))
+        if filename.endswith(".py") and "site-packages" not in filename and "/torch/" not in filename:
+            out.append(f"{f.get('name', '')} ({Path(filename).name}:{f.get('line', 0)})")
+            if len(out) == limit:
+                break
+    return out
+
+
+def describe(entries: Sequence[dict], i: int) -> str:
+    """One line for trace entry i, as a user would look it up."""
+    from .sizes import readable_size
+
+    e = entries[i]
+    size = e.get("size")
+    text = f"entry {i}: {e.get('action')}"
+    if isinstance(size, int):
+        text += f" {readable_size(size)}"
+    if e.get("action") == "oom" and isinstance(e.get("device_free"), int):
+        return f"{text} with {readable_size(e['device_free'])} free on the device"
+    return f"{text} at {e['addr']:#x}" if isinstance(e.get("addr"), int) else text
+
+
+def as_entries(source: Any) -> list[dict]:
+    """A list of trace entry dicts from a snapshot dict (device 0) or a list."""
+    if isinstance(source, dict):
+        return _trace(source, 0)
+    return list(source)

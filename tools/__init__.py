@@ -1,0 +1,1 @@
+"""Maintainers' tools. A package so the tests import them as modules (`from tools import gpu_check`)."""
