@@ -25,6 +25,7 @@ from quizzes.grader.preprocessors import (
     GuardedExecute,
     HideTestTracebacks,
     InertOutputs,
+    RedactHiddenTests,
     RestoringOverwriteCells,
     ScanForKeys,
     StripExecutionControl,
@@ -95,14 +96,16 @@ c.SandboxKernelManager.max_message_bytes = 16 * 1024**2
 c.Autograde.create_student = True  # a student missing from the gradebook is added
 
 # === generate_feedback ===========================================================================================
-# hidden tests cleared from the feedback's source, test cells shown as pass/fail and their error's message only
-# (a traceback quotes the hidden assert; what a test cell printed was printed by the student's code), no active
+# hidden tests cleared from the feedback's source and from every output that quotes them, test cells shown as
+# pass/fail and their error's message only (a traceback quotes the hidden assert; what a test cell printed was
+# printed by the student's code), no active
 # content in any output (again: a notebook autograded before InertOutputs was added), and no private-key
 # material: the issuer key's default place is checked, add yours
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, HideTestTracebacks, InertOutputs, ScanForKeys,
-                                    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-# markdown cells (a student's own included) and any HTML left are cleaned where they are rendered: the feedback
-# and the formgrader (both build their HTMLExporter from this configuration)
+c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks, InertOutputs,
+                                    ScanForKeys, "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+# any HTML left in outputs is cleaned where it is rendered: the feedback and the formgrader (both build their
+# HTMLExporter from this configuration; nbgrader's templates render markdown cells unsanitized, so InertOutputs
+# turns an active markdown cell into text)
 c.HTMLExporter.sanitize_html = True
 c.ScanForKeys.key_files = ["~/.minialloc-issuer/issuer-ed25519.pem"]
 

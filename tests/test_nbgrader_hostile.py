@@ -37,6 +37,14 @@ Sandbox students (the first lab, one course of their own):
   allocates it (its peak memory grows by far less), the cell fails "OutputTooLarge", full marks.
 - network: connects to a server the grader listens on (127.0.0.1) and to the internet: nothing connects; 0.
 - key_print: prints a private key it somehow holds (the issuer key's PEM, pasted): the feedback has none of it.
+- inject: the solution plus HTML with <script> and onerror, Javascript, an SVG with onload, Markdown with a
+  javascript: link, a non-base64 PNG, and a markdown cell of raw HTML: full marks, only text/plain and images in
+  the autograded notebook, nothing active in the feedback HTML.
+- leak_tests: the solution, each answer wrapping its functions to print the calling test cell's source
+  (linecache), and a last cell of its own printing what they captured: full marks, no hidden test in feedback.
+- links (notes.txt and timestamp.txt linked to the issuer key, src.json to the source notebook), hardlink (the key
+  hard-linked), link_notebook (the notebook a link to the key), link_folder (the folder a link to the source
+  folder), fifo: refused before anything is read, by name in the log, no grade, nothing of the key in the log.
 Quiz students (quiz1 built from the sample private bank in tests/fixtures/private_bank with a fresh secret):
 - q_solution: the right answers to the student's own draw, as literals: full marks.
 - q_release: 0. q_partial: the first question of the draw: exactly its points.
@@ -532,7 +540,8 @@ display(Markdown("[click](javascript:alert('INJ5'))"))
 display({"text/plain": "x", "image/png": '"><script>alert(1)</script>'}, raw=True)
 """
 INJECTED_MARKDOWN = "<script>alert('INJ6')</script>\n\n<a href=\"javascript:alert('INJ7')\">see</a>"
-ACTIVE = re.compile(r"<script[^>]*>[^<]*(?:alert|INJ)|<img[^>]*onerror|<svg[^>]*onload|href=\"?javascript:", re.I)
+ACTIVE = re.compile(  # in a tag, not in text shown escaped (&lt;a href="javascript:...")
+    r"<script[^>]*>[^<]*(?:alert|INJ)|<img[^>]*onerror|<svg[^>]*onload|<[a-z]+[^>]*href=[\"']?\s*javascript:", re.I)
 
 
 def s_inject(ctx: Context, student: str) -> NotebookNode:
@@ -547,11 +556,19 @@ def s_inject(ctx: Context, student: str) -> NotebookNode:
 LEAK_TESTS = """\
 import functools as _ft, linecache as _lc, sys as _sys, types as _types
 
+_captured = globals().get("_captured", [])
+_seen = globals().get("_seen", set())
+
 
 def _leak(_f):
     @_ft.wraps(_f)
     def _w(*a, **k):
-        print("LEAK", "".join(_lc.getlines(_sys._getframe(1).f_code.co_filename)))
+        _name = _sys._getframe(1).f_code.co_filename
+        if _name not in _seen:  # once per calling cell
+            _seen.add(_name)
+            _src = "".join(_lc.getlines(_name))
+            _captured.append(_src)
+            print("LEAK", _src)
         return _f(*a, **k)
     _w._leaky = True
     return _w
@@ -561,6 +578,10 @@ for _n, _v in list(globals().items()):
     if isinstance(_v, _types.FunctionType) and not _n.startswith("_") and not getattr(_v, "_leaky", False):
         globals()[_n] = _leak(_v)
 """
+# a cell of the student's own, after the last test: prints every cell the kernel ran that the student did not write
+LEAK_LATER = """\
+print("LATER", "\\n".join(_captured))
+"""
 
 
 def s_leak_tests(ctx: Context, student: str) -> NotebookNode:
@@ -569,6 +590,7 @@ def s_leak_tests(ctx: Context, student: str) -> NotebookNode:
     for cell in nb.cells:
         if is_answer(cell):
             cell.source += "\n\n" + LEAK_TESTS
+    nb.cells.append(nbformat.v4.new_code_cell(LEAK_LATER))
     return nb
 
 
@@ -588,9 +610,10 @@ def f_hardlink(ctx: Context, folder: Path) -> None:
 
 
 def f_link_notebook(ctx: Context, folder: Path) -> None:
+    # the notebook is the issuer key: nbformat's NotJSONError used to quote its first line in autograde's log
     notebook = folder / f"{ctx.assignment.name}.ipynb"
     notebook.unlink()
-    notebook.symlink_to(ctx.root / "source" / ctx.assignment.name / notebook.name)
+    notebook.symlink_to(ctx.key_path)
 
 
 def f_link_folder(ctx: Context, folder: Path) -> None:
@@ -1263,8 +1286,8 @@ def test_feedback_holds_no_private_key(results: Results):
 
 @pytest.mark.parametrize("student", REFUSED)
 def test_links_and_special_files_are_refused_unread(results: Results, student: str):
-    """A link (to the key, to the source notebook, the notebook or the folder itself), a hard link to the key or a
-    FIFO in the submission: refused for that student, by name, before anything is copied or executed."""
+    """A link (a file or the notebook to the key, a file or the whole folder to the source), a hard link to the
+    key or a FIFO in the submission: refused for that student, by name, before anything is read or executed."""
     record = results.student(SANDBOX, student)
     assert not record["success"] and record["score"] is None, record
     assert not record["autograded"], record
@@ -1301,10 +1324,12 @@ def test_test_cell_output_never_reaches_feedback(results: Results):
     hidden = hidden_only_lines(results.source(SANDBOX))
     graded = "\n".join(text_of(c) for c in results.autograded(SANDBOX, "leak_tests").cells)
     assert "LEAK" in graded and [line for line in hidden if line in graded]  # the attack worked in the kernel
+    later = text_of(results.autograded(SANDBOX, "leak_tests").cells[-1])
+    assert [line for line in hidden if line in later]  # and a cell of its own, after the tests, printed them too
     text = html_text(results.feedback(SANDBOX, "leak_tests"))
-    assert "LEAK" not in text
     assert not [line for line in hidden if line in text]
     assert "does not show what a test cell printed" in text
+    assert "this output quoted a hidden test" in text
 
 
 # --- The graded quiz ------------------------------------------------------------------------------------------------

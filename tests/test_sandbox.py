@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from quizzes.grader import preprocessors as P
 from quizzes.grader.sandbox import Policy, SandboxKernelManager, sandbox_can_read
@@ -494,13 +494,18 @@ def test_a_course_inside_a_bound_package_is_masked(tmp_path: Path):
         "for folder, dirs, names in os.walk(root):\n"
         "    for n in names:\n"
         "        p = os.path.join(folder, n)\n"
-        "        seen[os.path.relpath(p, root)] = open(p).read()\n"
+        "        try:\n"
+        "            seen[os.path.relpath(p, root)] = open(p).read()\n"
+        "        except OSError as e:\n"
+        "            seen[os.path.relpath(p, root)] = type(e).__name__\n"
         "print(json.dumps(seen))\n")
     done = run_in_sandbox(code, work, policy)
     assert done.returncode == 0, done.stderr
     seen = __import__("json").loads(done.stdout)
-    assert seen == {"__init__.py": "", "student.py": "X = 1", "gradebook.db": "", ".nbgrader.log": "",
-                    "grades.csv": ""}, seen
+    # a masked file is a device node on a mount without devices: it cannot even be opened
+    denied = "PermissionError"
+    assert seen == {"__init__.py": "", "student.py": "X = 1", "gradebook.db": denied, ".nbgrader.log": denied,
+                    "grades.csv": denied}, seen
     for name in files:
         assert policy.can_read(pkg / name) is name.endswith(".py"), name
 
@@ -520,6 +525,10 @@ def test_quiz_config_masks_its_course_root():
     assert config.HideTestTracebacks.keep_test_output is True
 
 
+def json_of(output) -> str:
+    return __import__("json").dumps(output)
+
+
 def test_inert_outputs_and_test_cells_in_feedback():
     png = base64.b64encode(b"\x89PNG fake").decode()
     outputs = [new_output("display_data", data={"text/html": "<script>alert(1)</script>"}),
@@ -534,14 +543,22 @@ def test_inert_outputs_and_test_cells_in_feedback():
                          outputs=[new_output("stream", name="stdout", text="LEAK assert hidden()\n"),
                                   new_output("display_data", data={"text/plain": "LEAK 2"}),
                                   new_output("error", ename="AssertionError", evalue="no", traceback=["x", "y"])])
-    nb = new_notebook(cells=[answer, test])
+    written = new_markdown_cell("My answer: <img src=x onerror=alert(5)> and [more](java&#115;cript:alert(6))")
+    plain = new_markdown_cell("# Heading\n\n*fine*, a < b, [docs](https://example.org) <b>bold</b>")
+    nb = new_notebook(cells=[answer, test, written, plain])
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     nb, _ = P.InertOutputs().preprocess(nb, {})
     kinds = {k for o in nb.cells[0].outputs for k in o.get("data", {})}
     assert kinds == {"text/plain", "image/png"}, kinds
     text = nbformat.writes(nb)
-    assert "alert" not in text and "<script>" not in text and "widgets" not in nb.metadata
-    assert len(nb.metadata["grader_inert"]) == 6
+    assert "<script>" not in text and "widgets" not in nb.metadata
+    assert "alert" not in "".join(json_of(o) for c in nb.cells[:2] for o in c.outputs)
+    assert len(nb.metadata["grader_inert"]) == 7
+    from nbconvert.filters.markdown import markdown2html
+
+    shown = markdown2html(nb.cells[2].source)
+    assert "grader shows this cell as text" in shown and "<img" not in shown and "href" not in shown
+    assert nb.cells[3].source.startswith("# Heading")  # nothing active: left as written
     assert all(o.get("metadata", {}) == {} for o in nb.cells[0].outputs)
     fed, _ = P.HideTestTracebacks().preprocess(copy.deepcopy(nb), {})
     assert "LEAK" not in nbformat.writes(fed)
@@ -549,3 +566,16 @@ def test_inert_outputs_and_test_cells_in_feedback():
     assert fed.cells[1].outputs[1]["traceback"] == ["AssertionError: no"]
     kept, _ = P.HideTestTracebacks(keep_test_output=True).preprocess(copy.deepcopy(nb), {})
     assert "LEAK 2" in nbformat.writes(kept)
+
+
+def test_redact_hidden_tests_removes_outputs_that_quote_them():
+    test = new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(12345) == secret_value(12345)\n"
+                         "### END HIDDEN TESTS", metadata={"nbgrader": {"grade": True, "solution": False,
+                                                                        "grade_id": "t", "points": 1}})
+    later = new_code_cell("print(captured)", outputs=[
+        new_output("stream", name="stdout", text="'assert f(12345) == '\n'secret_value(12345)'\n"),
+        new_output("stream", name="stdout", text="assert f(1) == 1\n")])
+    nb, _ = P.RedactHiddenTests().preprocess(new_notebook(cells=[test, later]), {})
+    assert [o["text"] for o in nb.cells[1].outputs] == [
+        "[removed by the grader: this output quoted a hidden test]\n", "assert f(1) == 1\n"]
+    assert nb.metadata["grader_redacted_tests"]

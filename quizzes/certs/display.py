@@ -27,17 +27,18 @@ def _escape_char(c: str) -> str:
     return f"\\U{code:08x}"
 
 
-def shown(text: object, limit: int = 200) -> str:
+def shown(text: object, limit: int = 200, *, keep_backslash: bool = False) -> str:
     """`text` as printable, one-line text: unsafe characters escaped, the backslash doubled (so an escape in the
     output always means an escaped character, never one the author typed), and cut to `limit` source characters
-    with an ellipsis. Runs in O(limit) whatever len(text) is."""
+    with an ellipsis. Runs in O(limit) whatever len(text) is. `keep_backslash` leaves a typed backslash single
+    (a person's name on a printed certificate: `$\\bad$` stays as typed)."""
     if not isinstance(text, str):
         text = repr(text)
     cut = len(text) > limit
     head = text[:limit]
     out = []
     for c in head:
-        if c == "\\":
+        if c == "\\" and not keep_backslash:
             out.append("\\\\")
         elif unicodedata.category(c) in _UNSAFE_CATEGORIES:
             out.append(_escape_char(c))

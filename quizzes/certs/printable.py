@@ -13,23 +13,32 @@ from typing import Any, BinaryIO
 
 from ..i18n import CERT, check_lang
 from .credential import verification_id
+from .display import shown
+
+NAME_LIMIT = 200  # characters of a name shown; more is cut with an ellipsis
+
+
+def visible(text: object, limit: int = NAME_LIMIT) -> str:
+    return shown(text, limit, keep_backslash=True)
 
 
 def _fields(credential: dict[str, Any], name: str, score_text: str, lang: str, file_name: str) -> dict[str, str]:
+    # the learner's name, the course's and the issuer's are typed by people: a control character or a bidi
+    # override (U+202E reverses what follows on screen and on paper) is shown as a visible escape (\u202e)
     t = {key: text[check_lang(lang)] for key, text in CERT.items()}
     return {
         "heading": t["heading"],
         "awarded": t["awarded"],
-        "name": name,
+        "name": visible(name, NAME_LIMIT),
         "for_passing": t["for_passing"],
-        "course": credential["credentialSubject"]["achievement"]["name"],
-        "score": t["score"].format(score=score_text),
-        "date": t["date"].format(date=credential["validFrom"][:10]),
-        "issuer": t["issuer"].format(issuer=credential["issuer"]["name"]),
+        "course": visible(credential["credentialSubject"]["achievement"]["name"], NAME_LIMIT),
+        "score": t["score"].format(score=visible(score_text)),
+        "date": t["date"].format(date=visible(credential["validFrom"][:10])),
+        "issuer": t["issuer"].format(issuer=visible(credential["issuer"]["name"], NAME_LIMIT)),
         "id_label": t["verification_id"],
         "vid": verification_id(credential),
-        "verify": t["how_to_verify"].format(file=file_name),
-        "did": credential["issuer"]["id"],
+        "verify": t["how_to_verify"].format(file=visible(file_name)),
+        "did": visible(credential["issuer"]["id"]),
     }
 
 

@@ -5,7 +5,9 @@
   memory); `sandbox_can_read(path)` says whether a file is within that kernel's reach.
 - `quizzes.grader.preprocessors`: execution guarded per cell, test cells restored from the gradebook, execution
   control tags stripped, cells that did not run scored 0, the graded quiz scored from the executed notebook's
-  plain answers, feedback scanned for private-key material before it is written.
+  plain answers, outputs made inert, feedback without test-cell output, hidden tests or private-key material.
+- `quizzes.grader.intake`: a submission folder holding a link or a special file is refused before nbgrader reads
+  anything in it (autograde and collect).
 
 The repository's nbgrader_config.py installs all of it; docs/grading.md says what each part defends.
 """

@@ -6,9 +6,12 @@ docs/grading.md lists them all with what they do not defend.
 
 Autograde, in order: RestoringOverwriteCells (sanitize: test cells back from the gradebook),
 StripExecutionControl (no tag or kernelspec of the submission steers the execution), GuardedExecute (the
-sandboxed kernel, per-cell timeouts, dead kernels, capped output; a test cell that did not run fails), LimitOutput,
-QuizGrade (the graded quiz only: scores computed here from the submission's plain answers), ErrorsFailTests,
-SaveAutoGrades, FlagForReview. Feedback: ScanForKeys redacts private-key material before the HTML is written.
+sandboxed kernel, per-cell timeouts, dead kernels, capped output; a test cell that did not run fails),
+InertOutputs (no active content in any output or markdown cell), LimitOutput, QuizGrade (the graded quiz only:
+scores computed here from the submission's plain answers), ErrorsFailTests, SaveAutoGrades, FlagForReview.
+Feedback: RedactHiddenTests (no output quotes a hidden test), HideTestTracebacks (test cells show pass/fail and
+their error's message only), InertOutputs again, ScanForKeys (no private-key material). Before any of it, the
+submission folder is checked (quizzes/grader/intake.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import base64
 import json
 import os
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 from queue import Empty
 from time import monotonic
@@ -477,6 +481,55 @@ class HideTestTracebacks(Preprocessor):
         return cell, resources
 
 
+class RedactHiddenTests(Preprocessor):
+    """Feedback, before ClearHiddenTests: no output of any cell quotes a hidden test's line.
+
+    HideTestTracebacks drops what test cells print; a student's own cell that runs later can still print what the
+    kernel saw of a hidden test (its source stays in the kernel's linecache). Every output whose text holds a
+    line of a hidden test (16 characters or more, found nowhere else in the notebook) is replaced by a note, and
+    the cells are listed in the notebook's metadata (`grader_redacted_tests`). A second line: a line the student's
+    code transformed (reversed, encoded) is not recognised.
+    """
+
+    enabled = Bool(True)
+    begin = Unicode("BEGIN HIDDEN TESTS").tag(config=True)
+    end = Unicode("END HIDDEN TESTS").tag(config=True)
+    min_chars = Integer(16, help="Shorter hidden-test lines are not looked for (too common).").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        region = re.compile(rf"^[^\n]*{re.escape(self.begin)}[^\n]*$(.*?)^[^\n]*{re.escape(self.end)}[^\n]*$",
+                            re.M | re.S)
+        hidden, visible = set(), []
+        for cell in nb.cells:
+            source = "".join(cell.source) if isinstance(cell.source, list) else cell.source
+            if is_test_cell(cell):
+                hidden.update(line.strip() for block in region.findall(source) for line in block.splitlines())
+            visible.append(region.sub("", source))
+        elsewhere = "\n".join(visible)
+        needles = [line for line in hidden if len(line) >= self.min_chars and line not in elsewhere]
+        if not needles:
+            return nb, resources
+        squeezed = [_squeeze(n) for n in needles]
+        redacted = []
+        for cell in nb.cells:
+            kept = []
+            for output in cell.get("outputs", []):
+                text = _output_text(output) + json.dumps(output)
+                if any(n in text for n in needles) or any(q in _squeeze(text) for q in squeezed):
+                    kept.append(new_output("stream", name="stdout", text=(
+                        "[removed by the grader: this output quoted a hidden test]\n")))
+                    redacted.append(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                                    or cell.get("id") or "a cell")
+                else:
+                    kept.append(output)
+            if "outputs" in cell:
+                cell.outputs = kept
+        if redacted:
+            self.log.warning("Hidden-test lines removed from feedback: %s", ", ".join(map(str, redacted)))
+            nb.metadata["grader_redacted_tests"] = redacted
+        return nb, resources
+
+
 # What a graded notebook keeps of a rich output: plain text and raster images. Everything else the student's code
 # can display (text/html, text/markdown, application/javascript, image/svg+xml, widget views, LaTeX, unknown types)
 # can carry script into the formgrader's page or the feedback.
@@ -491,9 +544,11 @@ class InertOutputs(Preprocessor):
     base64 (they are written into an <img> tag's data URL); every other type is removed, and text/plain says which
     were (a text/plain is made when there was none). Output metadata is dropped (its width and height are written
     into the <img> tag), and so are markdown attachments other than PNG and JPEG, and the notebook's widget state.
-    Streams and errors are text that nbconvert escapes. The removed types go to the notebook's metadata
-    (`grader_inert`). Markdown cells are left as they are: their HTML is cleaned where it is rendered
-    (HTMLExporter.sanitize_html, set in nbgrader_config.py for feedback and the formgrader).
+    Streams and errors are text that nbconvert escapes. A markdown cell (a student's written answer, a cell they
+    added or edited) whose rendering holds anything but formatting, links and images with ordinary URLs (a script,
+    an event handler, a javascript: link, a comment) becomes a code block of its text, after a note: nbgrader's
+    feedback and formgrade templates render markdown without nbconvert's sanitizer (HTMLExporter.sanitize_html
+    covers outputs only there). What was removed goes to the notebook's metadata (`grader_inert`).
     """
 
     enabled = Bool(True)
@@ -517,6 +572,11 @@ class InertOutputs(Preprocessor):
                             k in ("image/png", "image/jpeg") and _base64(v) for k, v in bundle.items()):
                         del attachments[name]
                         removed.append(f"{where}: attachment {ascii(name)}")
+        for cell in nb.cells:
+            if cell.get("cell_type") == "markdown" and (why := markdown_activity(cell.get("source", ""))):
+                where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+                cell.source = inert_markdown(cell.source, why)
+                removed.append(f"{where}: markdown ({why})")
         if nb.metadata.pop("widgets", None) is not None:
             removed.append("the notebook's widget state")
         if removed:
@@ -536,6 +596,76 @@ class InertOutputs(Preprocessor):
             note = f"[the grader removed this output's {', '.join(ascii(k) for k in gone)}]"
             data["text/plain"] = f"{plain}\n{note}" if plain else note
         return gone
+
+
+# What a markdown cell may render to: formatting, links and images with ordinary URLs. Anything else (a script,
+# a style, an SVG, a form, an event handler, a javascript: URL, a comment a browser may end elsewhere) makes the
+# cell inert text. nbgrader's feedback and formgrade templates render markdown without nbconvert's sanitizer.
+SAFE_TAGS = frozenset(
+    "a abbr b blockquote br caption code col colgroup dd del details div dl dt em h1 h2 h3 h4 h5 h6 hr i img ins "
+    "kbd li ol p pre q s samp small span strike strong sub summary sup table tbody td tfoot th thead tr tt u ul "
+    "var".split())
+SAFE_ATTRIBUTES = frozenset("alt align class colspan height href id rowspan src start title width".split())
+URL_ATTRIBUTES = frozenset({"href", "src"})
+SAFE_URL = re.compile(r"(https?:|mailto:|attachment:|data:image/(png|jpeg|gif);base64,|[#/?.]|[^:/?#]*([/?#]|$))",
+                      re.I)
+
+
+class _MarkdownCheck(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.why: str | None = None
+
+    def _flag(self, why: str) -> None:
+        self.why = self.why or why
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in SAFE_TAGS:
+            self._flag(f"a {tag} tag")
+        for name, value in attrs:
+            if name not in SAFE_ATTRIBUTES:
+                self._flag(f"attribute {name}")
+            elif name in URL_ATTRIBUTES:
+                url = re.sub(r"[\x00-\x20\x7f]+", "", value or "")
+                if not SAFE_URL.match(url):
+                    self._flag(f"{name} URL")
+
+    handle_startendtag = handle_starttag
+
+    def handle_comment(self, data):
+        self._flag("an HTML comment")
+
+    def handle_decl(self, decl):
+        self._flag("a declaration")
+
+    def handle_pi(self, data):
+        self._flag("a processing instruction")
+
+    def unknown_decl(self, data):
+        self._flag("a declaration")
+
+
+def markdown_activity(source) -> str | None:
+    """Why a markdown cell's rendering is not inert (None when it is): nbconvert's own rendering, checked."""
+    from nbconvert.filters.markdown import markdown2html
+
+    text = "".join(source) if isinstance(source, list) else str(source)
+    if "<" not in text and ":" not in text:
+        return None
+    check = _MarkdownCheck()
+    check.feed(markdown2html(text))
+    check.close()
+    if check.rawdata.strip():
+        check._flag("unparsed HTML")
+    return check.why
+
+
+def inert_markdown(source, why: str) -> str:
+    """The cell's text as a code block (shown, never rendered as HTML), after a note of why."""
+    text = "".join(source) if isinstance(source, list) else str(source)
+    fence = "~" * max(3, 1 + max((len(m) for m in re.findall(r"~+", text)), default=0))
+    why = re.sub(r"[^A-Za-z0-9 _.-]", "", why)  # a tag's name is the student's: nothing markdown or HTML reads
+    return f"*[the grader shows this cell as text: it held {why}]*\n\n{fence}\n{text}\n{fence}\n"
 
 
 def _base64(value) -> bool:
