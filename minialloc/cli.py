@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +22,10 @@ from .device import SimulatedGPU
 from .oom import OutOfMemoryError
 from .replay import (
     ReplayResult,
+    StartStateDoesNotFit,
+    check_capacity,
     check_trace,
+    check_trace_file,
     open_device_traces,
     read_trace,
     replay,
@@ -28,7 +33,7 @@ from .replay import (
     what_if,
     what_if_trace,
 )
-from .sizes import format_size, parse_size
+from .sizes import decimal_size_hint, format_size, parse_size, readable_size
 from .trace import DeviceTrace, TraceError, recorded_config
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
 
@@ -130,6 +135,8 @@ def run_replay(args: argparse.Namespace) -> int:
     allocation away from its recorded address), 2 for bad usage or an unreadable file."""
     try:
         capacity = parse_size(args.capacity) if args.capacity else None
+        check_capacity(capacity)
+        check_trace_file(args.file)  # a directory, an empty or JSON file: named for what it is
         if _is_rmm_or_events(args.file):
             return _replay_events(args, capacity)
         snap, traces = open_device_traces(args.file, args.device, args.from_empty)
@@ -162,30 +169,39 @@ def run_replay(args: argparse.Namespace) -> int:
             rows = what_if_trace(t, recorded, args.conf or DEFAULT_WHAT_IF, cap, fit=not args.no_fit,
                                  progress=progress)
             reports.append((t, cap, source, rows, verdict(rows, cap, t.reserved_at_start)))
+    except StartStateDoesNotFit as e:  # an answer about the run (it needs more), not bad input
+        print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
+        return 1
     except (TraceError, ValueError) as e:
         print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"file": args.file, "recorded_config": recorded, "from_empty": args.from_empty, "devices": [
+        print(json.dumps({"file": args.file, "recorded_config": recorded or "native", "from_empty": args.from_empty,
+                          "devices": [
             {"device": t.device, "capacity": cap, "capacity_source": source if cap else None,
              "trace_entries": len(t.entries), "reserved_at_first_entry": t.reserved_at_start,
              "recorded_peak_reserved": t.recorded_peak_reserved, "verdict": v,
              "results": [r.as_dict() for r in rows]} for t, cap, source, rows, v in reports]}, indent=2))
     else:
+        hint = decimal_size_hint(args.capacity) if args.capacity else ""
         for t, cap, source, rows, v in reports:
-            _print_device_table(args.file, t, cap, source, rows, v, args.from_empty)
+            _print_device_table(args.file, t, cap, source, rows, v, args.from_empty,
+                                hint if source == "--capacity" else "")
     return 1 if any(all(r.failed for r in rows) for _, _, _, rows, _ in reports) else 0
 
 
 def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str, rows: list[ReplayResult],
-                        v: str, from_empty: bool) -> None:
+                        v: str, from_empty: bool, hint: str = "") -> None:
+    format_size = readable_size  # minialloc's own figures (PyTorch's format stays in PyTorch's message)
     start = "an empty GPU (--from-empty)" if from_empty else (
         f"the state at the first trace entry ({format_size(t.reserved_at_start)} reserved, "
         f"{len(t.live_at_start)} live blocks)")
-    budget = f"capacity {format_size(cap)} (from {source})" if cap else "no capacity limit"
-    print(f"{path}, device {t.device}: {len(t.entries)} trace entries replayed from {start}; {budget}")
-    print(f"recorded peak reserved {format_size(t.recorded_peak_reserved)}\n")
-    widths = (36, 12, 12, 6, 12, 12)
+    budget = (f"capacity {format_size(cap)}{' ' + hint if hint else ''} (from {source})" if cap
+              else "no capacity limit")
+    print(f"{path}, device {t.device}: {len(t.entries)} trace entries")
+    print(f"replayed from {start}")
+    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}\n")
+    widths = (max(36, *(len(r.label) for r in rows)), 12, 12, 6, 12, 12)  # a long label widens its column
     print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
     for r in rows:
         fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
@@ -194,13 +210,17 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
     for r in rows:
         if r.first_failure_entry is not None:
             where = f" from {'; '.join(r.first_failure_frames)}" if r.first_failure_frames else ""
-            print(f"\n{r.label}: trace entry {r.first_failure_entry} asked for "
-                  f"{format_size(r.first_failure_size)}{where} with {format_size(r.live_at_failure)} live and "
-                  f"{format_size(r.reserved_at_failure)} reserved")
+            print("\n" + "\n  ".join(textwrap.wrap(
+                f"{r.label}: trace entry {r.first_failure_entry} asked for {format_size(r.first_failure_size)}"
+                f"{where} with {format_size(r.live_at_failure)} live and {format_size(r.reserved_at_failure)} "
+                "reserved", 110, break_on_hyphens=False)))
     if from_empty and rows and rows[0].skipped_frees:
         print(f"\n{rows[0].skipped_frees} frees of blocks allocated before the trace began were skipped: these "
               "figures leave out what the run held then (drop --from-empty)")
-    print(f"\nverdict: {v}\n")
+    print()
+    for k, line in enumerate(v.splitlines()):  # one short line each, for a terminal
+        print("\n  ".join(textwrap.wrap(f"verdict: {line}" if k == 0 else line, 110, break_on_hyphens=False)))
+    print()
 
 
 def _is_rmm_or_events(path: str) -> bool:
@@ -238,6 +258,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     try:
         capacity = parse_size(args.capacity) if args.capacity else None
+        check_capacity(capacity)
         snap, traces = open_device_traces(args.file, args.device)
         reports = [diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
                             replay_rows=not args.no_replay) for t in traces]
@@ -245,22 +266,30 @@ def run_diagnose(args: argparse.Namespace) -> int:
         if args.plot:
             for t, d in zip(traces, reports, strict=True):
                 paths += save_diagnosis_plots(d, t, args.plot, recorded_config(snap))
+    except StartStateDoesNotFit as e:  # an answer about the run, as replay gives it
+        print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
+        return 1
     except (TraceError, ValueError, OSError) as e:
         print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
         return 2
     except ImportError:
         print("minialloc diagnose: --plot needs matplotlib: pip install 'minialloc[course]'", file=sys.stderr)
         return 1
+    # the same rule as replay's: 1 when no setting tried avoids the OOM
+    status = 1 if any(d.rows and all(r.failed for r in d.rows) for d in reports) else 0
     if args.json:
         print(json.dumps({"file": args.file, "devices": [d.as_dict() for d in reports],
                           "plots": [str(p) for p in paths]}, indent=2))
-        return 0
+        return status
     print(f"{args.file}: recorded settings {recorded_config(snap) or 'native'}\n")
+    hint = decimal_size_hint(args.capacity) if args.capacity else ""
+    if hint:
+        print(f"--capacity {args.capacity} is {format_size(capacity or 0)} {hint}\n")
     for d in reports:
         print(d.text() + "\n")
     if paths:
-        print("plots written: " + ", ".join(str(p) for p in paths))
-    return 0
+        print(f"plots written to {args.plot}: " + ", ".join(p.name for p in paths))
+    return status
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -372,7 +401,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2): a status like any other
         return e.code if isinstance(e.code, int) else 2
-    return args.run(args)
+    try:
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        # the reader stopped reading (`| head`): no traceback; stdout goes nowhere so the exit flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a command killed by the closed pipe ends
 
 
 if __name__ == "__main__":

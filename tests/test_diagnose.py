@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -311,3 +313,52 @@ def test_json_rows_name_the_failure_once():
     d = row.as_dict()
     assert d["first_failure_entry"] == trace.oom_entries[0]
     assert "first_failure" not in d and "events" not in d and d["operations"] == len(trace.ops)
+
+
+# -- the command on review 13's cases (exit codes, errors, broken pipes, the table) --------------------------------
+def test_the_commands_exit_alike_on_the_same_answer(tmp_path, capsys):
+    late = tmp_path / "late.pickle"
+    late.write_bytes(pickle.dumps(fragmented_run(late=True)))
+    assert main(["replay", str(late), "--no-fit"]) == 1  # no setting tried saves it
+    assert main(["diagnose", str(late)]) == 1  # the same verdict, the same status
+    capsys.readouterr()
+    for command in ("replay", "diagnose"):
+        assert main([command, str(late), "--capacity", "0"]) == 2
+        assert "capacity must be > 0" in capsys.readouterr().err
+        assert main([command, str(late), "--capacity", "1GiB"]) == 1  # 7 GiB was reserved before the trace
+        err = capsys.readouterr().err
+        assert "does not fit in 1.00 GiB: 7.00 GiB is already reserved at the first trace entry" in err
+        assert "SimulatedGPU" not in err
+        assert main([command, str(tmp_path)]) == 2
+        assert "is a directory, not a snapshot pickle" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    path = tmp_path / "late.pickle"
+    path.write_bytes(pickle.dumps(fragmented_run(late=True)))
+    for command in (["replay", str(path), "--no-fit"], ["diagnose", str(path)]):
+        proc = subprocess.Popen([sys.executable, "-m", "minialloc", *command], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader has gone before anything is written, as `| head -0` leaves it
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=120)
+        assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_replay_table_json_and_header_read_right(tmp_path, capsys):
+    path = tmp_path / "oom.pickle"
+    path.write_bytes(pickle.dumps(oom_snapshot()))
+    long_conf = "garbage_collection_threshold:0.8,max_split_size_mb:128"
+    assert main(["replay", str(path), "--capacity", "1GB", "--conf", "", "--conf", long_conf, "--no-fit"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "(decimal; did you mean 1GiB?)" in out
+    table = [line for line in out.splitlines()
+             if line.startswith(("config", "as recorded", long_conf)) and "asked for" not in line]
+    assert len(table) == 3 and len({len(line) for line in table}) == 1  # one column grid, whatever the label
+    assert "1024.00 MiB" not in out and max(len(line) for line in out.splitlines()) <= 120
+    assert main(["replay", str(path), "--json", "--no-fit"]) == 0
+    assert json.loads(capsys.readouterr().out)["recorded_config"] == "native"
+    assert main(["replay", str(path), "--check", "--json"]) == 0
+    (dev,) = json.loads(capsys.readouterr().out)["devices"]
+    assert dev["recorded_address"] is None and dev["reproduced_ooms"] == 1
