@@ -96,9 +96,12 @@ try:
 except Exception as e:
     error = f"{type(e).__name__}: {e}"[-3000:]
 probe = None
-for output in nb.cells[-1].get("outputs", []):
-    if output.get("output_type") == "stream":
-        probe = json.loads(output["text"].strip().splitlines()[-1])
+for output in nb.cells[-1].get("outputs", []):  # the probe's JSON line; a kernel may add stderr lines of its own
+    if output.get("output_type") == "stream" and output.get("name") == "stdout":
+        found = [line for line in output["text"].splitlines() if line.startswith("{")]
+        probe = json.loads(found[-1]) if found else probe
+if probe is None and error is None:
+    error = f"no probe output; the last cell printed {nb.cells[-1].get('outputs', [])!r}"[-3000:]
 print(json.dumps({"error": error, "seconds": time.monotonic() - start, "probe": probe, "killed": killed}))
 '''
 
