@@ -23,12 +23,14 @@ build (pip downloads) takes a minute or two, a warm run about half a minute.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -122,14 +124,22 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv() -> Path:
-    """The binder venv: reused from .cache/ when its stamp matches, else built from scratch."""
+def venv() -> Iterator[Path]:
+    """The binder venv: reused from .cache/ when its stamp matches, else built from scratch. Held under a lock
+    for the module's life, so a second test run (or a worker given these tests too) waits instead of deleting
+    the venv under the first one."""
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with open(CACHE.parent / "binder-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield build_venv()
+
+
+def build_venv() -> Path:
     stamp = CACHE / ".binder-fingerprint"
     python = CACHE / "bin" / "python"
     if stamp.is_file() and stamp.read_text() == fingerprint() and python.is_file():
         return CACHE
     shutil.rmtree(CACHE, ignore_errors=True)
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
     ignore = CACHE.parent / ".gitignore"  # as .pytest_cache does: git ignores the cache whatever the root says
     if not ignore.is_file():
         ignore.write_text("# made by tests/test_binder.py: a cache, never committed\n*\n")
