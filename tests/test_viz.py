@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from minialloc import CachingAllocator, MiB, SimulatedGPU  # noqa: E402
+from minialloc.cli import main as cli_main  # noqa: E402
 from minialloc.oom import OutOfMemoryError  # noqa: E402
 from minialloc.viz import (  # noqa: E402
     COLORS,
@@ -32,7 +33,6 @@ from minialloc.viz import (  # noqa: E402
     VizInputError,
     compare_configs,
     figure_texts,
-    plot_main,
     plot_segment_map,
     plot_side_by_side,
     plot_timeline,
@@ -448,15 +448,16 @@ def test_save_demo_plots(tmp_path: Path) -> None:
     assert all((tmp_path / n).stat().st_size > 0 for n in names)
 
 
-def test_plot_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert plot_main([str(FIXTURE), "-o", str(tmp_path)]) == 0
+def test_the_plot_command_writes_pictures_and_refuses_bad_input(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["plot", str(FIXTURE), "-o", str(tmp_path)]) == 0
     assert {p.name for p in tmp_path.iterdir()} >= {"segment_map.png", "timeline.svg"}
     assert "segment_map.png" in capsys.readouterr().out
     bad = tmp_path / "bad.pickle"
     bad.write_bytes(pickle.dumps({"segments": "nope"}))
-    assert plot_main([str(bad), "-o", str(tmp_path)]) == 1
+    assert cli_main(["plot", str(bad), "-o", str(tmp_path)]) == 2  # bad input: the command tree's exit rule
     assert "segments" in capsys.readouterr().err
-    assert plot_main([str(tmp_path / "missing.pickle")]) == 1
+    assert cli_main(["plot", str(tmp_path / "missing.pickle")]) == 2
     assert "missing.pickle" in capsys.readouterr().err
 
 

@@ -101,10 +101,12 @@ class Device(Protocol):
 
 class PageBudget:
     """The accounting both devices share: every allocation is charged in whole 2 MiB pages against an optional
-    limit, the next k allocations can be made to fail (tests), and allocations and frees are counted.
+    limit, the next k allocations can be made to fail (tests), malloc's addresses are tracked (so a foreign or
+    double free is refused before the driver sees it), and allocations and frees are counted.
 
     A subclass calls _charge before asking for memory and _refund when it gives memory back (or the request
-    failed after the charge). `_room_phrase` finishes the out-of-memory message ("4 MiB free")."""
+    failed after the charge); its malloc ends with _malloc_done, its free starts with _malloc_taken_back and ends
+    with _free_done. `_room_phrase` finishes the out-of-memory message ("4 MiB free")."""
 
     _room_phrase = "free"
 
@@ -112,8 +114,34 @@ class PageBudget:
         self._limit = limit  # None: only the hardware limits (a CudaGPU without `limit`)
         self._used = 0  # bytes charged, whole pages
         self._fail_next = 0
+        self._allocations: dict[int, int] = {}  # address -> size, from malloc
         self.num_mallocs = 0
         self.num_frees = 0
+
+    @staticmethod
+    def _check_malloc_size(nbytes: int) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"malloc size must be a positive int, got {nbytes!r}")
+
+    def _malloc_done(self, address: int, nbytes: int) -> int:
+        self._allocations[address] = nbytes
+        self.num_mallocs += 1
+        return address
+
+    def _malloc_taken_back(self, address: int) -> int:
+        """The size malloc gave `address`; DeviceError for an address it did not return (or already freed)."""
+        nbytes = self._allocations.pop(address, None)
+        if nbytes is None:
+            raise DeviceError(f"free({address:#x}): invalid device pointer (not returned by malloc)")
+        return nbytes
+
+    def _free_done(self, nbytes: int) -> None:
+        self._refund(self._pages(nbytes))
+        self.num_frees += 1
+
+    def allocation_size(self, address: int) -> int | None:
+        """The size malloc was asked for at `address`, None when it is not a live malloc address."""
+        return self._allocations.get(address)
 
     @property
     def used_bytes(self) -> int:

@@ -283,7 +283,6 @@ class CudaGPU(PageBudget):
         self.granularity = self._query_granularity() if self.supports_vmm else PAGE_SIZE
         self._lock = threading.RLock()
         self._init_budget(self.limit)  # bytes held through this object, in whole pages, against `limit`
-        self._allocations: dict[int, int] = {}  # address -> size, from malloc
         self._reservations: dict[int, int] = {}  # va -> size
         self._handles: dict[int, int] = {}  # handle -> size
         self._mapped: dict[int, tuple[int, int]] = {}  # page va -> (handle, offset in the handle)
@@ -317,8 +316,7 @@ class CudaGPU(PageBudget):
 
     def malloc(self, nbytes: int) -> int:
         """cudaMalloc; DeviceOutOfMemory when the card (or the limit) has no room."""
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"malloc size must be a positive int, got {nbytes!r}")
+        self._check_malloc_size(nbytes)
         runtime = self._cupy.cuda.runtime
         with self._lock:
             charge = self._charge(nbytes, "malloc")
@@ -330,26 +328,18 @@ class CudaGPU(PageBudget):
                 if e.status == CUDA_ERROR_MEMORY_ALLOCATION:
                     raise DeviceOutOfMemory(f"malloc({nbytes}): {e}") from None
                 raise DeviceError(f"malloc({nbytes}): {e}") from None
-            self._allocations[address] = nbytes
-            self.num_mallocs += 1
-            return address
+            return self._malloc_done(address, nbytes)
 
     def free(self, address: int) -> None:
         """cudaFree: only an address malloc returned (checked here, before the driver sees it)."""
         with self._lock:
-            nbytes = self._allocations.pop(address, None)
-            if nbytes is None:
-                raise DeviceError(f"free({address:#x}): invalid device pointer (not returned by malloc)")
+            nbytes = self._malloc_taken_back(address)
             try:
                 with self._device:
                     self._cupy.cuda.runtime.free(address)
             except self._cupy.cuda.runtime.CUDARuntimeError as e:
                 raise DeviceError(f"free({address:#x}): {e}") from None
-            self._refund(self._pages(nbytes))
-            self.num_frees += 1
-
-    def allocation_size(self, address: int) -> int | None:
-        return self._allocations.get(address)
+            self._free_done(nbytes)
 
     # -- virtual memory management -------------------------------------------------------------------------------
     @contextmanager

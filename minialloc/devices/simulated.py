@@ -97,7 +97,6 @@ class SimulatedGPU(PageBudget):
         self._init_budget(limit=total // PAGE_SIZE * PAGE_SIZE)  # whole pages: a partial page holds nothing
         self._lock = threading.Lock()
         self._next_address = _BASE_ADDRESS
-        self._allocations: dict[int, int] = {}  # address -> size, from malloc
         # virtual memory: reserved ranges, physical handles, and which page of which range maps which handle
         self._next_va = _VA_BASE_ADDRESS
         self._reservations: dict[int, int] = {}  # va start -> size
@@ -159,8 +158,7 @@ class SimulatedGPU(PageBudget):
 
     def malloc(self, nbytes: int) -> int:
         """cudaMalloc: a new address, aligned to 2 MiB; raises DeviceOutOfMemory when pages run out."""
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"malloc size must be a positive int, got {nbytes!r}")
+        self._check_malloc_size(nbytes)
         with self._lock:
             charge = self._charge(nbytes, "malloc")
             if self._placed:
@@ -176,21 +174,12 @@ class SimulatedGPU(PageBudget):
                 address = self._next_address
                 # addresses are never reused: a stale pointer can always be told from a live one
                 self._next_address += -(-nbytes // PAGE_SIZE) * PAGE_SIZE
-            self._allocations[address] = nbytes
-            self.num_mallocs += 1
-            return address
+            return self._malloc_done(address, nbytes)
 
     def free(self, address: int) -> None:
         """cudaFree: only the exact address malloc returned is accepted."""
         with self._lock:
-            nbytes = self._allocations.pop(address, None)
-            if nbytes is None:
-                raise DeviceError(f"free({address:#x}): invalid device pointer (not returned by malloc)")
-            self._refund(self._pages(nbytes))
-            self.num_frees += 1
-
-    def allocation_size(self, address: int) -> int | None:
-        return self._allocations.get(address)
+            self._free_done(self._malloc_taken_back(address))
 
     # -- virtual memory management (the driver API behind expandable segments) ----------------------------------
     def mem_get_allocation_granularity(self) -> int:

@@ -18,7 +18,7 @@ SnapshotError from a file) naming the place of the problem.
 
 from ._common import COLORS, LABELS, VizInputError, figure_texts
 from .block_table import block_table_rows, plot_block_table
-from .export import plot_main, save_demo_plots, save_plots, write_trace_plot_html
+from .export import save_demo_plots, save_plots, write_trace_plot_html
 from .replay import Replay, normalize_events, random_events
 from .segment_map import draw_segment_map, plot_segment_map, plot_side_by_side, segment_rows
 from .stepper import Stepper, compare_configs
@@ -37,7 +37,6 @@ __all__ = [
     "figure_texts",
     "normalize_events",
     "plot_block_table",
-    "plot_main",
     "plot_segment_map",
     "plot_side_by_side",
     "plot_timeline",

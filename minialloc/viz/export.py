@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import io
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,6 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..lang import say
-from ..sizes import parse_size
 from ._common import VizInputError, discard, resolve
 from .segment_map import plot_segment_map, plot_side_by_side
 from .timeline import plot_timeline
@@ -133,29 +130,3 @@ def write_trace_plot_html(
     out = Path(path)
     out.write_text(page, encoding="utf-8")
     return out
-
-
-def plot_main(argv: Sequence[str] | None = None) -> int:
-    """`minialloc plot FILE -o DIR`: argv holds what follows `plot`. Returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="minialloc plot",
-        description="Draw a memory snapshot's segment map and timeline as PNG and SVG files.",
-    )
-    parser.add_argument("file", help="a snapshot pickle (torch.cuda.memory._dump_snapshot or minialloc's)")
-    parser.add_argument("-o", "--out-dir", default=".", help="where to write the pictures (default: here)")
-    parser.add_argument("--device-free", type=parse_size, default=None,
-                        help="device free memory for the title, e.g. 3GiB (a snapshot does not record it)")
-    parser.add_argument("--max-rows", type=int, default=40, help="segment rows before the rest are summed")
-    parser.add_argument("--html", action="store_true",
-                        help="also write trace.html, PyTorch's interactive viewer (needs torch)")
-    args = parser.parse_args(argv)
-    try:
-        paths = save_plots(args.file, args.out_dir, device_free=args.device_free, max_rows=args.max_rows)
-        if args.html:
-            paths.append(write_trace_plot_html(args.file, Path(args.out_dir) / "trace.html"))
-    except (OSError, ValueError, RuntimeError) as e:  # SnapshotError and VizInputError are ValueErrors
-        print(f"minialloc plot: {e}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
