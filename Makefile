@@ -75,10 +75,10 @@ student-labs: $(BIN)/.installed
 # (changed English becomes fuzzy), then write course/vi/ and course/de/ from them. Commit both; `make test` runs
 # `python -m course_i18n check` (tests/test_i18n.py), which fails on a stale notebook, an untranslated or fuzzy
 # entry, or a glossary violation. Drafts being translated live in course/locale-work/, which the check ignores:
-# `$(BIN)/python -m course_i18n --locale-dir course/locale-work extract` updates them.
+# `$(BIN)/python -m course_i18n --only course --locale-dir course/locale-work extract` updates them.
 i18n: $(BIN)/.installed
 	$(BIN)/python -m course_i18n extract
-	$(BIN)/python -m course_i18n --locale-dir course/locale-work extract
+	$(BIN)/python -m course_i18n --only course --locale-dir course/locale-work extract
 	$(BIN)/python -m course_i18n --only labs --labs-locale-dir labs/locale-work extract
 	$(BIN)/python -m course_i18n build
 	$(BIN)/python tools/make_student_labs.py

@@ -11,8 +11,6 @@ from .tool import LANGS, Layout, build, check, extract
 
 
 def main(argv: list[str] | None = None) -> int:
-
-
     parser = argparse.ArgumentParser(prog="python -m course_i18n",
                                      description="The course and its labs in Vietnamese and German, from gettext "
                                                  "catalogs. Each command covers the chapters and the labs (--only "

@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 
 from . import catalog as cat
-from .segments import Unit, apply, cell_units, code_shape
-from .tool import _LINK, LANGS, Layout, cell_entries, read_notebook
+from .segments import Unit, cell_units, code_shape
+from .tool import LANGS, Layout, cell_entries, read_notebook, relink, translate_cell, translations
 
 _BLOCK = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n.*?^[ \t]*### END \1[ \t]*$", re.S | re.M)
 _MARKER = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*$", re.M)
@@ -136,21 +136,16 @@ class LabLayout(Layout):
         english_path = self.source(stem)
         english = read_notebook(english_path)
         nb = read_notebook(english_path)
-        done = {(m.context, m.id): m.string for m in cat.messages(catalog) if cat.translated(m)}
+        done = translations(catalog)
         missing = 0
         for cell in nb.cells:
             units, keyed = cell_entries(cell, lab_units(cell))
             if not units:
                 continue
-            texts = []
-            for e in keyed:
-                texts.append(done.get((e.context, e.text), e.text))
-                missing += (e.context, e.text) not in done
-            source = apply(cell.source, units, texts)
+            source, left = translate_cell(cell, units, keyed, done)
+            missing += left
             if cell.cell_type == "markdown":
-                source = _LINK.sub(lambda m: (m.group(1) + self.chapter_link(m.group(2), lang) + m.group(3))
-                                   if m.group(1) else (m.group(4) + self.chapter_link(m.group(5), lang) + m.group(6)),
-                                   source)
+                source = relink(source, lambda target: self.chapter_link(target, lang))
             cell.source = source
         problems = grading_problems(english, nb)
         if problems:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,13 +139,18 @@ def relocate(target: str, siblings: set[str]) -> str:
     return "../" + target
 
 
-def relocate_markdown(source: str, siblings: set[str]) -> str:
+def relink(source: str, fix: Callable[[str], str]) -> str:
+    """Markdown ``source`` with every link target (``](...)``, ``src=``/``href=``) replaced by ``fix(target)``."""
     def sub(m: re.Match[str]) -> str:
         if m.group(1):
-            return m.group(1) + relocate(m.group(2), siblings) + m.group(3)
-        return m.group(4) + relocate(m.group(5), siblings) + m.group(6)
+            return m.group(1) + fix(m.group(2)) + m.group(3)
+        return m.group(4) + fix(m.group(5)) + m.group(6)
 
     return _LINK.sub(sub, source)
+
+
+def relocate_markdown(source: str, siblings: set[str]) -> str:
+    return relink(source, lambda target: relocate(target, siblings))
 
 
 def relocate_code(source: str) -> str:
@@ -168,19 +173,29 @@ def relocate_code(source: str) -> str:
     return source
 
 
+def translations(catalog: cat.Catalog) -> dict[tuple[str, str], str]:
+    """(context, English) -> translation, for the catalog's translated (not fuzzy) entries."""
+    return {(m.context, m.id): m.string for m in cat.messages(catalog) if cat.translated(m)}
+
+
+def translate_cell(cell: nbformat.NotebookNode, units: list[Unit], keyed: list[cat.Entry],
+                   done: dict[tuple[str, str], str]) -> tuple[str, int]:
+    """The cell's source with each unit translated from ``done``, English where it has no translation; also the
+    number of units left in English."""
+    texts = [done.get((e.context, e.text), e.text) for e in keyed]
+    return apply(cell.source, units, texts), sum((e.context, e.text) not in done for e in keyed)
+
+
 def build_notebook(english: Path, catalog: cat.Catalog, lang: str, siblings: set[str]
                    ) -> tuple[nbformat.NotebookNode, int]:
     """The ``lang`` notebook for ``english``; also the number of units still in English (untranslated or fuzzy)."""
     nb = read_notebook(english)
-    done = {(m.context, m.id): m.string for m in cat.messages(catalog) if cat.translated(m)}
+    done = translations(catalog)
     missing = 0
     for cell in nb.cells:
         units, keyed = cell_entries(cell)
-        texts = []
-        for e in keyed:
-            texts.append(done.get((e.context, e.text), e.text))
-            missing += (e.context, e.text) not in done
-        source = apply(cell.source, units, texts)
+        source, left = translate_cell(cell, units, keyed, done)
+        missing += left
         if cell.cell_type == "markdown":
             source = relocate_markdown(source, siblings)
         elif cell.cell_type == "code":
@@ -333,6 +348,3 @@ def check(layout: Layout) -> Report:
     if found and not report.problems:
         report.notes.append(f"{len(found)} catalogs checked: complete, glossary kept, notebooks up to date")
     return report
-
-
-# ---------------------------------------------------------------- command line

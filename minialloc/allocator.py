@@ -67,15 +67,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TypeVar
 
 from .blocks import Block, BlockPool, InvalidPointerError, try_merge_blocks
 from .compaction import Buffer, DefragmentReport, defragment
 from .config import AllocatorConfig
 from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
-from .expandable import ExpandableSegment
-from .extension import AllocatorExtension
+from .expandable import ExpandableSegment, reservation_pages
+from .extension import AllocatorExtension, E
 from .oom import OOMReport, OutOfMemoryError
 from .sizes import (
     K_LARGE_BUFFER,
@@ -92,8 +91,6 @@ __all__ = [  # Block, BlockPool and InvalidPointerError live in blocks.py; they 
     "Block", "BlockPool", "CachingAllocator", "InvalidPointerError", "get_allocation_size", "round_size",
     "roundup_power2_next_division",
 ]
-
-E = TypeVar("E", bound=AllocatorExtension)
 
 SIZE_MAX = 2**64 - 1  # "unset" for max_split_size, as std::numeric_limits<size_t>::max()
 DEFAULT_TRACE_ENTRIES = sys.maxsize  # _record_memory_history's max_entries default (torch/cuda/memory.py, 2.13)
@@ -688,6 +685,10 @@ class CachingAllocator:
             self._clock_past(end)  # entries written after the call are later than its END
 
     # -- expandable segments -----------------------------------------------------------------------------------
+    def _expandable_page_size(self, small: bool) -> int:
+        # the large pool's page is AcceleratorAllocatorConfig::large_segment_size() (20 MiB unless set)
+        return K_SMALL_BUFFER if small else self._large_segment_size
+
     @staticmethod
     def _allocatable(b: Block | None) -> bool:
         return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
@@ -710,9 +711,7 @@ class CachingAllocator:
             if room >= size:
                 return c
             i += 1
-        # the large pool's page is AcceleratorAllocatorConfig::large_segment_size() (20 MiB unless set)
-        page = K_SMALL_BUFFER if pool.is_small else self._large_segment_size
-        segment = ExpandableSegment(self.device, stream, page)
+        segment = ExpandableSegment(self.device, stream, self._expandable_page_size(pool.is_small))
         self._expandable_segments.append(segment)
         candidate = Block(segment.ptr, segment.size, stream, pool)
         candidate.mapped = False
@@ -818,7 +817,6 @@ class CachingAllocator:
             device_index=getattr(self.device, "index", 0),
             total_capacity=total,
             device_free=device_free,
-            process_in_use=total - device_free,
             allowed=self._allowed if self._set_fraction else None,
             allocated=allocated,
             reserved=reserved,
@@ -983,6 +981,8 @@ class CachingAllocator:
         return _python_frames() if self._record_stacks else None
 
     def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
+        # hot-path callers pass `block.frames or None`: an empty list kept alive by every entry of an unbounded
+        # ring buffer costs memory and garbage-collector time (bench/replay.py, history on, is measurably slower)
         self._trace.append((action, addr, size, stream, time.time_ns() // 1000, frames, self._trace_note))  # type: ignore[union-attr]
 
     @staticmethod
@@ -1156,14 +1156,13 @@ class CachingAllocator:
             self._restore_reservation(stream, small, group)
 
     def _reservation_size(self, small: bool) -> int:
-        page = K_SMALL_BUFFER if small else self._large_segment_size
-        total = self.device.total_memory
-        return -(-(total + total // 8) // page) * page  # as ExpandableSegment reserves
+        page = self._expandable_page_size(small)
+        return reservation_pages(self.device.total_memory, page) * page  # as ExpandableSegment reserves
 
     def _restore_reservation(self, stream: int, small: bool, ranges: list[dict]) -> None:
         pool = self._small if small else self._large
         self.device.place_next_reservation(ranges[0]["address"])
-        segment = ExpandableSegment(self.device, stream, K_SMALL_BUFFER if small else self._large_segment_size)
+        segment = ExpandableSegment(self.device, stream, self._expandable_page_size(small))
         self._expandable_segments.append(segment)
         prev: Block | None = None
         end = segment.ptr
@@ -1188,6 +1187,7 @@ class CachingAllocator:
             end = seg["address"] + seg["total_size"]
         if end < segment.ptr + segment.size:
             hole(end, segment.ptr + segment.size - end, prev)
+
     def release_cached_segment(self, ptr: int) -> bool:
         """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A
         replay following a recorded run releases exactly the segments the run released."""

@@ -21,6 +21,7 @@ from .allocator import CachingAllocator
 from .device import SimulatedGPU
 from .oom import OutOfMemoryError
 from .replay import (
+    DEFAULT_WHAT_IF,
     ReplayResult,
     StartStateDoesNotFit,
     check_capacity,
@@ -36,8 +37,6 @@ from .replay import (
 from .sizes import decimal_size_hint, format_size, parse_size, readable_size
 from .trace import DeviceTrace, TraceError, recorded_config
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
-
-DEFAULT_WHAT_IF = ["", "expandable_segments:True", "max_split_size_mb:256"]
 
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:

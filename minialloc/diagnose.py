@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from .allocator import CachingAllocator
-from .replay import ReplayResult, check_capacity, replay_trace, verdict, what_if_trace
+from .replay import DEFAULT_WHAT_IF, ReplayResult, check_capacity, replay_trace, verdict, what_if_trace
 from .sizes import readable_size
 from .trace import DeviceTrace, TraceError, recorded_config, top_user_frame
 
 BEFORE_RECORDING = "(allocated before the trace began, no stack)"
-DEFAULT_WHAT_IF = ("", "expandable_segments:True", "max_split_size_mb:256")
 
 
 @dataclass
@@ -139,17 +138,19 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _moment(trace: DeviceTrace, config: str, capacity: int | None, at: int | None
-            ) -> tuple[str, int, int, int | None]:
+def _check_at(trace: DeviceTrace, at: int) -> None:
+    n = len(trace.entries)
+    if not 0 <= at <= n:  # n itself: the state after the last entry
+        raise TraceError(f"--at {at}: device {trace.device}'s trace has entries 0 to {n - 1}; --at takes 0 "
+                         f"to {n} (the state before that entry; {n}: after the last one)")
+
+
+def _moment(trace: DeviceTrace, result: ReplayResult, at: int | None) -> tuple[str, int, int, int | None]:
     """(moment, trace entry, request size, the OOM message's largest free block at a failure): the state is
-    taken before that entry's operation."""
+    taken before that entry's operation. result: the whole run's replay under the recorded settings, with its
+    samples when `at` is None."""
     if at is not None:
-        n = len(trace.entries)
-        if not 0 <= at <= n:  # n itself: the state after the last entry
-            raise TraceError(f"--at {at}: device {trace.device}'s trace has entries 0 to {n - 1}; --at takes 0 "
-                             f"to {n} (the state before that entry; {n}: after the last one)")
         return "entry", at, 0, None
-    result, _ = replay_trace(trace, config, capacity, at_recorded=True, keep_samples=True)
     if result.first_failure_entry is not None:
         return "failure", result.first_failure_entry, result.first_failure_size, result.largest_free_at_failure
     # the first operation after which reserved, then allocated, is highest; the state is taken after it
@@ -168,9 +169,12 @@ def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None,
     config = recorded_config(snapshot)
     if capacity is None:
         capacity = trace.capacity_at_oom()
-    moment, entry, request, oom_largest = _moment(trace, config, capacity, at)
-    # the whole run, under the recorded settings: where it leaves the recorded addresses, if it does
-    whole, _ = replay_trace(trace, config, capacity, at_recorded=True)
+    if at is not None:
+        _check_at(trace, at)  # before any replay: a bad --at is bad usage, whatever the capacity
+    # the whole run, under the recorded settings, replayed once: where it leaves the recorded addresses (if it
+    # does) and, without --at, the moment to look at
+    whole, _ = replay_trace(trace, config, capacity, at_recorded=True, keep_samples=at is None)
+    moment, entry, request, oom_largest = _moment(trace, whole, at)
     _, a = replay_trace(trace, config, capacity, at_recorded=True, until=entry)
     d = Diagnosis(trace.device, moment, entry, capacity, request=request, allocator=a, diverged_at=whole.diverged_at)
     d.reserved, d.allocated = a.memory_reserved(), a.memory_allocated()

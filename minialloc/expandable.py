@@ -15,14 +15,18 @@ from __future__ import annotations
 from .devices.base import Device, DeviceOutOfMemory
 
 
+def reservation_pages(total_memory: int, page_size: int) -> int:
+    """The pages a segment reserves on a device of total_memory: enough address space for 1 1/8 of the device, so
+    pages unmapped early can be mapped again at the end."""
+    return -(-(total_memory + total_memory // 8) // page_size)
+
+
 class ExpandableSegment:
     def __init__(self, device: Device, stream: int, page_size: int) -> None:
         self.device = device
         self.stream = stream
         self.page_size = page_size
-        total = device.total_memory
-        # enough address space for 1 1/8 of the device, so pages unmapped early can be mapped again at the end
-        self.max_pages = -(-(total + total // 8) // page_size)
+        self.max_pages = reservation_pages(device.total_memory, page_size)
         self.ptr = device.mem_address_reserve(self.max_pages * page_size)
         self.handles: list[int | None] = []  # one physical allocation per mapped page
 

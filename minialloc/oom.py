@@ -46,7 +46,6 @@ class OOMReport:
     device_index: int
     total_capacity: int
     device_free: int
-    process_in_use: int  # what the device says is in use (all of it is minialloc's on the simulator)
     allowed: int | None  # set_per_process_memory_fraction's limit, if a fraction under 1.0 is set
     allocated: int
     reserved: int
@@ -54,6 +53,11 @@ class OOMReport:
     expandable_segments: bool
     # reportProcessMemoryInfo's sentences, each ending in ". " ("" without NVML, as on the simulated GPU)
     process_info: str = ""
+
+    @property
+    def process_in_use(self) -> int:
+        """What the device says is in use (all of it is minialloc's on the simulator): derived, not stored."""
+        return self.total_capacity - self.device_free
 
     @property
     def reserved_unallocated(self) -> int:

@@ -38,7 +38,6 @@ from .allocator import CachingAllocator
 from .device import DeviceError, SimulatedGPU
 from .oom import OutOfMemoryError
 from .sizes import PAGE_SIZE, readable_size
-from .snapshot import SnapshotError, load_snapshot
 from .trace import (
     EMPTY_CACHE,
     FREE,
@@ -49,6 +48,7 @@ from .trace import (
     TraceError,
     describe,
     read_device_trace,
+    read_snapshot,
     state_at_trace_start,
     user_frames,
 )
@@ -58,6 +58,8 @@ __all__ = ["ReplayResult", "StartStateDoesNotFit", "TraceError", "UNLIMITED", "c
            "replay_ops", "replay_trace", "smallest_capacity", "state_at_trace_start", "verdict", "what_if",
            "what_if_trace"]
 
+# the what-if rows `minialloc replay` and `diagnose` try when no --conf is given
+DEFAULT_WHAT_IF = ("", "expandable_segments:True", "max_split_size_mb:256")
 UNLIMITED = 1 << 50  # a simulated GPU of 1 PiB stands for "no capacity limit" (it costs no host memory)
 
 
@@ -253,15 +255,9 @@ def events_from_snapshot(snapshot: dict, source: str = "<snapshot>", device: int
 
     A trace that frees a block it never allocated started mid-run: replay it with replay_trace, which rebuilds
     the state at its first entry, rather than as events."""
-    traces = snapshot.get("device_traces") or []
-    if device >= len(traces) or not traces[device]:
-        raise TraceError(
-            f"{source}: the snapshot has no trace for device {device}: record one with "
-            "torch.cuda.memory._record_memory_history() (or minialloc's record_memory_history) before the run"
-        )
     events: list[MemoryOp] = []
     names: dict[int, str] = {}
-    trace = read_device_trace(snapshot, device, source, from_empty=True)
+    trace = read_device_trace(snapshot, device, source, from_empty=True)  # TraceError if it has no trace
     for kind, i, size, stream, addr, _ in trace.ops:
         if kind == MALLOC:
             if addr in names:
@@ -345,10 +341,7 @@ def check_trace_file(path: str | Path) -> None:
 def load_trace_file(path: str | Path) -> dict:
     """A snapshot pickle, or TraceError naming the file and what is wrong with it."""
     check_trace_file(path)
-    try:
-        return load_snapshot(path)
-    except SnapshotError as e:
-        raise TraceError(str(e)) from None
+    return read_snapshot(path)
 
 
 def read_trace(path: str | Path) -> list[MemoryOp]:

@@ -276,7 +276,6 @@ SYSTEMS = {"contiguous": "contiguous (max)", "contiguous_pow2": "contiguous (pow
 POLICIES = {"contiguous": "max", "contiguous_pow2": "pow2", "contiguous_oracle": "oracle"}
 
 
-
 def serve_sim(workload: str = "sharegpt", num_requests: int = 1000, seed: int = 0, *, spec: KVSpec = OPT_13B,
               kv_bytes: int = KV_BUDGET_OPT_13B, block_size: int = DEFAULT_BLOCK_SIZE,
               max_model_len: int = MAX_MODEL_LEN, preemption: str = "recompute",

@@ -35,14 +35,12 @@ import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .config import AllocatorConfig, ConfigError
-from .sizes import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, MiB
+from .sizes import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, MiB, readable_size
 from .snapshot import SnapshotError, load_snapshot
 
 MALLOC, FREE, EMPTY_CACHE, OOM, RETRY_RELEASE = 0, 1, 2, 3, 4
-OP_NAMES = ("malloc", "free", "empty_cache", "oom", "retry_release")
 _RELEASES = ("segment_free", "segment_unmap")
 
 
@@ -118,8 +116,8 @@ def recorded_config(snapshot: dict) -> str:
     parts = []
     if s.get("expandable_segments"):
         parts.append("expandable_segments:True")
-    mss = s.get("max_split_size", -1)
-    if isinstance(mss, int) and 0 < mss < 2**63:
+    mss = _max_split_size(snapshot)
+    if mss is not None:
         parts.append(f"max_split_size_mb:{mss // MiB}")
     gc = s.get("garbage_collection_threshold", 0.0) or 0.0
     if 0.0 < gc < 1.0:
@@ -137,7 +135,19 @@ def recorded_config(snapshot: dict) -> str:
     return text
 
 
+def _max_split_size(snapshot: dict) -> int | None:
+    """allocator_settings' max_split_size, None when unset (PyTorch records SIZE_MAX, or -1, for no limit)."""
+    mss = (snapshot.get("allocator_settings") or {}).get("max_split_size", -1)
+    return mss if isinstance(mss, int) and 0 < mss < 2**63 else None
+
+
 # -- operations ------------------------------------------------------------------------------------------------
+def _free_action(entries: Sequence[dict]) -> str:
+    """The entry that frees a block: 'free_completed' (when PyTorch could reuse it), or 'free_requested' when the
+    trace has no completions. One rule for the operations and for the state at the first entry."""
+    return "free_completed" if any(e.get("action") == "free_completed" for e in entries) else "free_requested"
+
+
 def empty_cache_entries(snapshot: dict, device: int, entries: Sequence[dict]) -> set[int]:
     """Indices of the release entries that lie inside an empty_cache() call, as minialloc marks one while it
     records history: a pair of external annotations named "empty_cache", stage START and END, in the form
@@ -167,8 +177,7 @@ def device_ops(entries: Sequence[dict], max_split_size: int | None = None,
     a malloc release some segments and not others (release_available_cached_blocks frees oversize segments, of
     max_split_size or more): a run of such releases followed by a new segment is read as RETRY_RELEASE.
     minialloc's own traces mark empty_cache() with annotations (empty_cache_entries gives empty_cache_at)."""
-    has_completion = any(e.get("action") == "free_completed" for e in entries)
-    free_action = "free_completed" if has_completion else "free_requested"
+    free_action = _free_action(entries)
     ops: list[Op] = []
     segs: list[int] = []
     previous = None
@@ -305,8 +314,7 @@ def _start_state(snapshot: dict, device: int, entries: list[dict], source: str,
     conf = AllocatorConfig.parse(recorded_config(snapshot) if config is None else config)
     final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device]
     start = _segments_at_start(final, entries, source)
-    has_completion = any(e.get("action") == "free_completed" for e in entries)
-    free_action = "free_completed" if has_completion else "free_requested"
+    free_action = _free_action(entries)
 
     # every address's first and last event in the trace
     first: dict[int, tuple[str, int]] = {}
@@ -454,8 +462,9 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
         # the recorded figures stay the run's own: reserved at the first entry is the final segments' total
         # minus what the trace's segment events added (a from-empty replay leaves it out, the run did not)
         final = sum(int(s["total_size"]) for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device)
-        recorded_start = max(0, final - (_reserved_curve(entries, 0)[-1]))
-        reserved_after = _reserved_curve(entries, recorded_start)
+        added = _reserved_curve(entries, 0)  # what the trace's segment events add, entry by entry
+        recorded_start = max(0, final - added[-1])
+        reserved_after = [recorded_start + r for r in added]
         live = _live_before_trace(snapshot, device, entries)
     else:
         start, reserved_after = _start_state(snapshot, device, entries, source, None)
@@ -464,9 +473,7 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
         live = (len(blocks), sum(b["requested_size"] for b in blocks))
     at_start = sum(s["total_size"] for s in start)
     ooms = [i for i, e in enumerate(entries) if e.get("action") == "oom"]
-    max_split = (snapshot.get("allocator_settings") or {}).get("max_split_size", -1)
-    max_split = max_split if isinstance(max_split, int) and 0 < max_split < 2**63 else None
-    ops = device_ops(entries, max_split, empty_cache_entries(snapshot, device, entries))
+    ops = device_ops(entries, _max_split_size(snapshot), empty_cache_entries(snapshot, device, entries))
     return DeviceTrace(device, entries, ops, start, at_start,
                        max([recorded_start, *reserved_after]), ooms, reserved_after, from_empty,
                        recorded_start, live)
@@ -475,8 +482,7 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
 def _live_before_trace(snapshot: dict, device: int, entries: Sequence[dict]) -> tuple[int, int]:
     """(blocks, requested bytes) live at the first entry, without rebuilding the segments: the blocks whose
     first event is a free, and the final live blocks the trace never allocated."""
-    has_completion = any(e.get("action") == "free_completed" for e in entries)
-    free_action = "free_completed" if has_completion else "free_requested"
+    free_action = _free_action(entries)
     seen: set[int] = set()
     count = nbytes = 0
     for e in entries:
@@ -500,11 +506,9 @@ def top_user_frame(frames: Sequence[dict] | None) -> str:
 
     Tensors made by the backward pass run on autograd's own C++ thread, with no Python frame: they are named by
     the autograd node that made them ("backward: MmBackward0")."""
-    for f in frames or ():
-        name, filename = str(f.get("name", "")), str(f.get("filename", ""))
-        if not filename.endswith(".py") or "site-packages" in filename or "/torch/" in filename:
-            continue
-        return f"{name} ({Path(filename).name}:{f.get('line', 0)})"
+    own = user_frames(frames, limit=1)  # one rule for what counts as the user's own code
+    if own:
+        return own[0]
     if not frames:
         return "(no stack recorded)"
     names = [str(f.get("name", "")) for f in frames]
@@ -532,8 +536,6 @@ def user_frames(frames: Sequence[dict] | None, limit: int = 3) -> list[str]:
 
 def describe(entries: Sequence[dict], i: int) -> str:
     """One line for trace entry i, as a user would look it up."""
-    from .sizes import readable_size
-
     e = entries[i]
     size = e.get("size")
     text = f"entry {i}: {e.get('action')}"
@@ -542,10 +544,3 @@ def describe(entries: Sequence[dict], i: int) -> str:
     if e.get("action") == "oom" and isinstance(e.get("device_free"), int):
         return f"{text} with {readable_size(e['device_free'])} free on the device"
     return f"{text} at {e['addr']:#x}" if isinstance(e.get("addr"), int) else text
-
-
-def as_entries(source: Any) -> list[dict]:
-    """A list of trace entry dicts from a snapshot dict (device 0) or a list."""
-    if isinstance(source, dict):
-        return _trace(source, 0)
-    return list(source)

@@ -25,6 +25,7 @@ from pathlib import Path
 from .bank import BankError
 from .certs.errors import CertError
 from .certs.passphrase import PassphraseSource
+from .certs.proof import CRYPTOSUITES, JCS_SUITE
 
 DEFAULT_PASS_MARK = 0.8
 
@@ -120,7 +121,7 @@ def _passphrase_options(p: argparse.ArgumentParser) -> None:
 
 def _signing_options(p: argparse.ArgumentParser) -> None:
     _passphrase_options(p)
-    p.add_argument("--cryptosuite", choices=("eddsa-jcs-2022", "eddsa-rdfc-2022"), default="eddsa-jcs-2022",
+    p.add_argument("--cryptosuite", choices=CRYPTOSUITES, default=JCS_SUITE,
                    help="JSON canonicalization (default) or RDF canonicalization (1EdTech's OB 3.0 certification)")
 
 

@@ -91,7 +91,6 @@ def _no_env_config(monkeypatch):
     monkeypatch.delenv("MINIALLOC_ALLOC_CONF", raising=False)
 
 
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """Under `--dist loadgroup` a worker's pytest-xdist appends "@group" to each grouped test's id. When none has it,

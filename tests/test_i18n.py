@@ -19,7 +19,6 @@ import pytest
 from course_i18n import catalog as cat
 from course_i18n.segments import apply, cell_units, code_shape
 from course_i18n.tool import Layout, build, check, extract
-from minialloc import lang
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "course").glob("[0-9][0-9]_*.ipynb"))
@@ -358,29 +357,6 @@ def test_glossaries_cover_the_same_terms():
         assert needed in terms["vi"], needed
 
 
-def test_lang_setting():
-    assert lang.LANGS == ("en", "vi", "de")
-    import quizzes.i18n
-
-    assert quizzes.i18n.LANGS == lang.LANGS  # the quiz and the course speak the same three languages
-    with lang.using("de"):
-        assert lang.get_lang() == "de"
-        assert lang.pick({"en": "block", "de": "Block"}) == "Block"
-        assert lang.pick({"en": "block"}) == "block"  # untranslated: English
-    assert lang.get_lang() == "en"
-    with pytest.raises(ValueError, match="unknown language"):
-        lang.set_lang("fr")
-
-
-def test_lang_from_the_environment(monkeypatch):
-    monkeypatch.setenv("MINIALLOC_LANG", "vi")
-    assert lang.get_lang() == "vi"
-    monkeypatch.setenv("MINIALLOC_LANG", "klingon")
-    assert lang.get_lang() == "en"  # a bad shell setting never stops a chapter
-    with lang.using("de"):
-        assert lang.get_lang() == "de"
-
-
 # ---------------------------------------------------------------- the labs: one nbgrader assignment per language
 
 LAB_INTRO = """# Lab 9: counting blocks
@@ -447,13 +423,7 @@ def labs(course: Layout):
 
 
 def _translate_lab(layout, table: dict[str, str]) -> None:
-    path = layout.catalog_path("vi", "lab9_count")
-    catalog = cat.read(path)
-    for m in cat.messages(catalog):
-        if m.id in table:
-            m.string = table[m.id]
-            m.flags.discard("fuzzy")
-    cat.write(path, catalog)
+    _translate(layout, table, "lab9_count")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

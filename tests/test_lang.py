@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from minialloc import CachingAllocator, MiB, SimulatedGPU, learn  # noqa: E402
-from minialloc.lang import LANGS, get_lang, set_lang, using  # noqa: E402
+from minialloc.lang import LANGS, get_lang, pick, set_lang, using  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,6 +231,29 @@ def test_chapter_six_stories_and_replays_follow_the_language() -> None:
         saved, what = chapter6.try_fix("C", "empty_cache")
         assert saved and what.startswith("Job 2: keine Zuweisung scheitert")
     assert chapter6.FAILURES["A"].story == english and english.startswith("Training on an 8 GiB GPU")
+
+
+def test_three_languages_one_setting() -> None:
+    import quizzes.i18n
+
+    assert LANGS == ("en", "vi", "de")
+    assert quizzes.i18n.LANGS == LANGS  # the quiz and the course speak the same three languages
+    with using("de"):
+        assert get_lang() == "de"
+        assert pick({"en": "block", "de": "Block"}) == "Block"
+        assert pick({"en": "block"}) == "block"  # untranslated: English
+    assert get_lang() == "en"
+    with pytest.raises(ValueError, match="unknown language"):
+        set_lang("fr")
+
+
+def test_a_bad_environment_language_falls_back_to_english(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINIALLOC_LANG", "vi")
+    assert get_lang() == "vi"
+    monkeypatch.setenv("MINIALLOC_LANG", "klingon")
+    assert get_lang() == "en"  # a bad shell setting never stops a chapter
+    with using("de"):
+        assert get_lang() == "de"
 
 
 def test_environment_variable_sets_the_language(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,9 +49,10 @@ Quiz students (quiz1 built from the sample private bank in tests/fixtures/privat
 - q_solution: the right answers to the student's own draw, as literals: full marks.
 - q_release: 0. q_partial: the first question of the draw: exactly its points.
 - q_skip_tags: the release with execution-control tags on every cell: 0.
-- q_kernel_cheats: q_partial plus `importlib.reload = lambda m: m`, a patched math.isclose, an assert-stripping
-  AST transformer spelled with getattr and string concatenation, os.chdir into another student's folder and
-  exec of their notebook: exactly q_partial's points (the grader reads literals from the source, in its process).
+- q_kernel_cheats: q_partial plus, before the slot cells, the shape check replaced by a no-op (every slot cell
+  passes in the kernel), `importlib.reload = lambda m: m`, a patched math.isclose, an assert-stripping AST
+  transformer spelled with getattr and string concatenation, os.chdir into another student's folder and exec of
+  their notebook: exactly q_partial's points (the grader reads literals from the source, in its process).
 - q_key_import: imports quizzes.graded, reads its files, the private bank and the secret wherever it can
   guess them, and writes what it computed as answers: 0, and none of the key reached its outputs.
 The feedback of every student holds no hidden test, no private key and no course secret.
@@ -704,6 +705,7 @@ def q_skip_tags(ctx: Context, student: str) -> NotebookNode:
 KERNEL_CHEATS = '''\
 import ast, importlib, math, os
 
+Q.check = lambda *a, **k: None  # every slot cell below now passes in the kernel
 importlib.reload = lambda m: m  # the old quiz reloaded its checker
 math.isclose = lambda *a, **k: True  # and compared numbers with isclose
 
@@ -728,7 +730,8 @@ def q_kernel_cheats(ctx: Context, student: str) -> NotebookNode:
     nb = quiz_answered(ctx, student, 1)
     other = str(ctx.root / "submitted" / "q_solution" / QUIZ)
     code = KERNEL_CHEATS.format(other=other) + EXEC_NOTEBOOKS.format(patterns=["*.ipynb", "../*/quiz1/*.ipynb"])
-    nb.cells.append(nbformat.v4.new_code_cell(code))
+    # before the slot cells: a grader that took the kernel's verdict would give full marks
+    nb.cells.insert(next(i for i, c in enumerate(nb.cells) if is_test(c)), nbformat.v4.new_code_cell(code))
     return nb
 
 

@@ -341,10 +341,15 @@ def test_partial_credit_and_feedback_never_reveals(course: dict):
 def test_kernel_tricks_change_nothing(course: dict):
     """The grader never runs the notebook: patched modules, outputs and metadata are not read."""
     bank, secret, sid = course["bank"], course["secret"], STUDENTS[3]
+    right = reference_answers(bank, secret, sid)
+    assert _total(grade_notebook(_submission(course, right), sid, bank, secret)) == 35
     nb = _submission(course, {}, claimed_id=STUDENTS[4])
+    # the right answers are there to read, in the outputs only: a grader that read them would give full marks
+    printed = "".join(f'answers["{k}"] = {v!r}\n' for k, v in right.items())
     nb.cells.append(nbformat.v4.new_code_cell(
         "import quizzes.graded.scoring as s\ns.grade_notebook = lambda *a, **k: []\nanswers.update(EVERYTHING)",
-        outputs=[nbformat.v4.new_output("stream", text='answers["p01"] = "a"\n')]))
+        outputs=[nbformat.v4.new_output("stream", text=printed),
+                 nbformat.v4.new_output("execute_result", data={"text/plain": printed}, execution_count=1)]))
     nb.metadata["minialloc_quiz"] = {"quiz": "quiz1", "fingerprint": "0" * 64}
     assert _total(grade_notebook(nb, sid, bank, secret)) == 0
     for garbage in ("not a notebook", {"cells": [{"cell_type": "code", "source": 'answers["p01"] = ("a", 1e999)'}]}):

@@ -579,3 +579,25 @@ def test_diagnosis_pictures_show_only_measured_figures_in_trace_entries() -> Non
     assert "device free" in _all_text(figs["segment_map"])
     for fig in figs.values():
         discard(fig)
+
+
+def test_the_stepper_reads_a_trace_with_the_runs_max_split_size_as_replay_does() -> None:
+    """Under max_split_size a malloc's release-and-retry frees oversize segments: minialloc.trace reads that as the
+    malloc's own retry, not as an empty_cache() call. The stepper (Replay.from_snapshot, on a GPU too large to run
+    out) gives back exactly those segments, as `minialloc replay` does, and ends where the run ended."""
+    from minialloc.trace import MALLOC, RETRY_RELEASE, read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("600MiB"), "max_split_size_mb:100")
+    a.record_memory_history()
+    p, q = a.malloc(200 * MiB), a.malloc(200 * MiB)
+    a.free(p)
+    a.free(q)
+    a.malloc(300 * MiB)  # no cached block may be split for it and the device has 200 MiB: release, then retry
+    snap = a.snapshot()
+    assert [op[0] for op in read_device_trace(snap).ops][-2:] == [RETRY_RELEASE, MALLOC]
+    stepper = Replay.from_snapshot(snap)
+    assert [op.kind for op in stepper.ops] == ["malloc", "malloc", "free", "free", "release", "malloc"]
+    stepper.precompute()
+    assert stepper.ooms == []
+    end = stepper.goto(len(stepper))
+    assert [s["total_size"] for s in end.snapshot()["segments"]] == [s["total_size"] for s in snap["segments"]]

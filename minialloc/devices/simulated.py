@@ -168,12 +168,12 @@ class SimulatedGPU(PageBudget):
                 except DeviceError:
                     self._refund(charge)
                     raise
-                # fresh addresses stay above every placed one, so the two never collide
-                self._next_address = max(self._next_address, address + -(-nbytes // PAGE_SIZE) * PAGE_SIZE)
+                # fresh addresses stay above every placed one, so the two never collide (charge: whole pages)
+                self._next_address = max(self._next_address, address + charge)
             else:
                 address = self._next_address
                 # addresses are never reused: a stale pointer can always be told from a live one
-                self._next_address += -(-nbytes // PAGE_SIZE) * PAGE_SIZE
+                self._next_address += charge
             return self._malloc_done(address, nbytes)
 
     def free(self, address: int) -> None:

@@ -20,6 +20,11 @@ ULLONG_MAX = 2**64 - 1  # guard_check's "no mismatch yet" value
 MAX_THREADS_PER_BLOCK = 1024  # every GPU since compute capability 2.0; a launch above it fails on the device
 
 
+def _check_threads(block: int) -> None:
+    if block > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block={block} threads: a CUDA block holds at most {MAX_THREADS_PER_BLOCK} threads")
+
+
 class Kernels(ABC):
     """The kernels behind checked Python calls. `block` threads per block; grids are capped at `max_grid`
     blocks and grid-stride loops cover the rest. Every call also takes grid= and block= to force a shape.
@@ -34,8 +39,7 @@ class Kernels(ABC):
     def __init__(self, block: int = 256, max_grid: int = 1024) -> None:
         if block < 1 or max_grid < 1:
             raise ValueError("block and max_grid must be positive")
-        if block > MAX_THREADS_PER_BLOCK:
-            raise ValueError(f"block={block} threads: a CUDA block holds at most {MAX_THREADS_PER_BLOCK} threads")
+        _check_threads(block)
         self.block = block
         self.max_grid = max_grid
 
@@ -65,8 +69,7 @@ class Kernels(ABC):
         grid = min(self.max_grid, -(-work // block)) if grid is None else grid
         if grid < 1 or block < 1:
             raise ValueError(f"grid and block must be positive, got grid={grid} block={block}")
-        if block > MAX_THREADS_PER_BLOCK:  # the CPU emulation would run it; a GPU refuses the launch
-            raise ValueError(f"block={block} threads: a CUDA block holds at most {MAX_THREADS_PER_BLOCK} threads")
+        _check_threads(block)  # the CPU emulation would run it; a GPU refuses the launch
         return grid, block
 
     # -- the kernels -------------------------------------------------------------------------------------------

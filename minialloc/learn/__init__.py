@@ -353,7 +353,6 @@ def _learner_line(tb: Any) -> str:
 
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package_dir)]
-    frames = [f for f in frames if f.filename != __file__]
     if not frames:
         return ""
     f = frames[-1]

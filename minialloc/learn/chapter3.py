@@ -109,14 +109,9 @@ TEXT: dict[str, dict[str, str]] = {
 Block = tuple[int, int, bool]  # (offset from the start of the reserved range, size, free?)
 
 
-def _segments(alloc: CachingAllocator) -> list[ExpandableSegment]:
-    segs: Any = alloc.expandable_segments
-    return list(segs() if callable(segs) else segs)  # a method in older minialloc, a property in newer
-
-
 def _segment(alloc: CachingAllocator, page_size: int) -> ExpandableSegment:
     """The allocator's expandable segment with that page size (20 MiB: the large pool; 2 MiB: the small pool)."""
-    for seg in _segments(alloc):
+    for seg in alloc.expandable_segments:
         if seg.page_size == page_size:
             return seg
     raise LookupError(f"no expandable segment with {format_size(page_size)} pages")

@@ -2,8 +2,7 @@
 
 Mirrors vLLM (V1: vllm/v1/core/block_pool.py, kv_cache_utils.py) and nano-vllm (nanovllm/engine/block_manager.py):
 
-- FreeBlockQueue (free_queue.py): free blocks in LRU order; allocation pops the head, freeing appends at the tail.
-- Reference counts (KVCacheBlock.ref_cnt): a block is shared by every table that holds it and is free at 0.
+- Reference counts (KVCacheBlock.ref_cnt): a block is shared by every table that holds it, free at 0 (free_queue.py).
 - Prefix caching (BlockPool.cache_full_blocks, get_cached_block, hash_block_tokens): a FULL block is hashed
   with its parent's hash, hash(parent_hash, tokens), so equal hashes mean equal prefixes (barring collisions).
   On a hit the stored key is compared too, so a collision costs a miss, not wrong attention (nano-vllm checks
@@ -49,8 +48,7 @@ class SeqState:
 class BlockManager:
     """Block tables, reference counts, prefix caching and copy-on-write over `num_blocks` GPU blocks.
 
-    The core of vLLM's KV cache manager: V1's BlockPool (free queue, prefix cache) with V0's fork and
-    copy-on-write. Methods raise OutOfBlocksError BEFORE changing anything, so a caller can catch it and preempt.
+    Methods raise OutOfBlocksError BEFORE changing anything, so a caller can catch it and preempt.
     """
 
     def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -90,10 +88,9 @@ class BlockManager:
     def _new_block(self) -> KVBlock:
         """The least recently freed block; a cached one is evicted from the prefix cache (get_new_blocks)."""
         block = self.free_queue.popleft()
-        if block.block_hash is not None:
-            if self.cached.get(block.block_hash) is block:
-                del self.cached[block.block_hash]
-            block.block_hash = block.key = None
+        if block.block_hash is not None and self.cached.get(block.block_hash) is block:
+            del self.cached[block.block_hash]
+        block.block_hash = block.key = None
         block.ref_cnt = 1
         return block
 
@@ -143,10 +140,9 @@ class BlockManager:
         if needed > self.num_free_blocks:
             raise OutOfBlocksError(needed, self.num_free_blocks, f"allocate(seq {seq_id}, {len(tokens)} tokens)")
         state = SeqState(list(tokens), [self._take(b).block_id for b in hits])
-        while len(state.table) * self.block_size < len(tokens):
-            state.table.append(self._new_block().block_id)
-            if len(state.table) * self.block_size <= len(tokens):
-                self._seal(state, len(state.table) - 1)
+        state.table += [self._new_block().block_id for _ in range(total - len(hits))]
+        for i in range(len(hits), len(tokens) // self.block_size):  # the new full blocks join the prefix cache
+            self._seal(state, i)
         self.seqs[seq_id] = state
         self.finished.discard(seq_id)
         return len(hits) * self.block_size

@@ -25,6 +25,13 @@ class HostPool:
         self.free_ids = list(range(num_blocks - 1, -1, -1))
         self.seqs: dict[int, SeqState] = {}  # swapped sequences; tables hold host block ids
 
+    def _release(self, table: list[int]) -> None:
+        """One table lets go of its host blocks; a block no table holds returns to the free ids."""
+        for c in table:
+            self.ref_cnt[c] -= 1
+            if self.ref_cnt[c] == 0:
+                self.free_ids.append(c)
+
     def swap_out(self, seq_ids: Iterable[int]) -> list[tuple[int, int]]:
         """Move a group to the host; returns the (gpu_block, cpu_block) pairs to copy before the GPU reuses them."""
         ids = list(seq_ids)
@@ -56,10 +63,8 @@ class HostPool:
             b.ref_cnt = 0  # counted below, once per table holding it
         for sid in ids:
             st = self.seqs.pop(sid)
+            self._release(st.table)
             for c in st.table:
-                self.ref_cnt[c] -= 1
-                if self.ref_cnt[c] == 0:
-                    self.free_ids.append(c)
                 mapping[c].ref_cnt += 1
             st.table = [mapping[c].block_id for c in st.table]
             self.m.swapped.discard(sid)
@@ -75,10 +80,7 @@ class HostPool:
             st = self.seqs.pop(sid, None)
             if st is None:
                 raise UnknownSequenceError(f"sequence {sid} is not swapped out")
-            for c in st.table:
-                self.ref_cnt[c] -= 1
-                if self.ref_cnt[c] == 0:
-                    self.free_ids.append(c)
+            self._release(st.table)
             self.m.swapped.discard(sid)
             self.m.finished.add(sid)
 

@@ -23,8 +23,6 @@ FORMATS = ("png", "svg")
 TEXT: dict[str, dict[str, str]] = {
     "demo_title": {"en": "one workload under two configurations", "vi": "cùng một khối lượng công việc, hai cấu hình",
                    "de": "eine Arbeitslast unter zwei Konfigurationen"},
-    "native": {"en": "native", "vi": "native", "de": "native"},
-    "expandable": {"en": "expandable segments", "vi": "phân đoạn mở rộng", "de": "erweiterbare Segmente"},
     "alt_map": {"en": "segment map", "vi": "sơ đồ phân đoạn", "de": "Segmentkarte"},
     "alt_timeline": {"en": "timeline", "vi": "dòng thời gian", "de": "Zeitverlauf"},
     "static": {"en": "Static pictures (minialloc): segment map and timeline",
@@ -74,9 +72,7 @@ def save_demo_plots(
     """The demo's pictures: both configurations' segment maps side by side (side_by_side.png/.svg), then
     each one's segment map and timeline (native_*.png, expandable_*.png, ...). Takes two allocators (or
     snapshots) that ran the same workload. Returns the paths written. titles: the two panels' names (default:
-    native and expandable segments, in the notebook's language)."""
-    if titles is None:
-        titles = (say(TEXT, "native"), say(TEXT, "expandable"))
+    native and expandable segments, in the notebook's language, as plot_side_by_side names them)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = [resolve(native), resolve(expandable)]  # one .snapshot() each, shared by every picture

@@ -10,7 +10,9 @@ Events, replayed through a CachingAllocator on a SimulatedGPU built from a confi
     trace entry dicts              a snapshot's device_traces, read by minialloc.trace.device_ops, the one
                                    reader `minialloc replay` and `diagnose` use: alloc -> malloc, the
                                    block's free_completed -> free, a run of segment releases -> empty_cache
-                                   (or nothing, for a malloc's own retry), oom -> the failed request again.
+                                   (or, for a malloc's own retry under max_split_size, the release of exactly
+                                   the segments the run gave back: the replay's GPU is too large to run out),
+                                   oom -> the failed request again.
                                    A trace has no record_stream, so its replay frees every block at once.
                                    Replayed from empty, frees of blocks allocated before the trace began are
                                    dropped; Replay.from_snapshot starts from the state at the first entry
@@ -31,7 +33,7 @@ import io
 import pickle
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,7 +45,7 @@ from ..lang import say
 from ..oom import OutOfMemoryError
 from ..sizes import MiB, format_size
 from ..snapshot import TRACE_ACTIONS, load_snapshot
-from ..trace import EMPTY_CACHE, FREE, MALLOC, OOM, device_ops, read_device_trace, recorded_config
+from ..trace import EMPTY_CACHE, FREE, MALLOC, OOM, RETRY_RELEASE, device_ops, read_device_trace, recorded_config
 from ..workloads import Event
 from ._common import VizInputError
 
@@ -71,6 +73,10 @@ TEXT: dict[str, dict[str, str]] = {
     "trace_empty_cache": {"en": "entry {i}: empty_cache() (its releases are in the trace)",
                           "vi": "mục {i}: empty_cache() (các lần giải phóng của nó có trong trace)",
                           "de": "Eintrag {i}: empty_cache() (seine Freigaben stehen im Trace)"},
+    "trace_retry_release": {"en": "entry {i}: a malloc's release-and-retry gives back {n} segment(s)",
+                            "vi": "mục {i}: malloc giải phóng rồi thử lại, trả về {n} segment",
+                            "de": "Eintrag {i}: Freigeben und erneut versuchen eines malloc gibt {n} Segment(e) "
+                                  "zurück"},
     "trace_oom": {"en": "entry {i}: the request that failed in the run, {size}",
                   "vi": "mục {i}: yêu cầu đã thất bại trong lần chạy, {size}",
                   "de": "Eintrag {i}: die Anforderung, die im Lauf scheiterte, {size}"},
@@ -124,8 +130,10 @@ def _int(value: Any, where: str, what: str) -> int:
     return value
 
 
-def _trace_ops(entries: list[dict[str, Any]], live: set[Any]) -> list[Op]:
-    """A trace's entries as Ops, through minialloc.trace's reader (labels are the recorded addresses)."""
+def _trace_ops(entries: list[dict[str, Any]], live: set[Any], read: Sequence[tuple] | None = None) -> list[Op]:
+    """A trace's entries as Ops, through minialloc.trace's reader (labels are the recorded addresses). read: the
+    entries as that reader already read them under the run's settings (Replay.from_snapshot passes them); without
+    it they are read here, without the run's max_split_size, so a retry's release reads as empty_cache()."""
     for i, e in enumerate(entries):
         action = e.get("action")
         if action not in TRACE_ACTIONS:
@@ -135,7 +143,7 @@ def _trace_ops(entries: list[dict[str, Any]], live: set[Any]) -> list[Op]:
             _int(e.get("size"), f"events[{i}]", "size")
             _int(e.get(key), f"events[{i}]", key)
     ops: list[Op] = []
-    for kind, i, size, stream, addr, _ in device_ops(entries):
+    for kind, i, size, stream, addr, segments in device_ops(entries) if read is None else read:
         if kind == MALLOC:
             ops.append(Op("malloc", size, stream, addr, msg("trace_alloc", i=i, size=format_size(size),
                                                             stream=stream)))
@@ -144,6 +152,8 @@ def _trace_ops(entries: list[dict[str, Any]], live: set[Any]) -> list[Op]:
                 ops.append(Op("free", 0, None, addr, msg("trace_free", i=i, size=format_size(size))))
         elif kind == EMPTY_CACHE:
             ops.append(Op("empty_cache", text=msg("trace_empty_cache", i=i)))
+        elif kind == RETRY_RELEASE:
+            ops.append(Op("release", label=segments, text=msg("trace_retry_release", i=i, n=len(segments))))
         elif kind == OOM:
             label = ("oom", i)
             ops.append(Op("malloc", size, stream, label, msg("trace_oom", i=i, size=format_size(size))))
@@ -155,13 +165,15 @@ def _trace_ops(entries: list[dict[str, Any]], live: set[Any]) -> list[Op]:
     return ops
 
 
-def normalize_events(events: Iterable[Any], live_at_start: Iterable[Any] = ()) -> list[Op]:
+def normalize_events(events: Iterable[Any], live_at_start: Iterable[Any] = (),
+                     trace_ops: Sequence[tuple] | None = None) -> list[Op]:
     """Turn any accepted event form into Ops, checking that every free names a block live at that point.
-    live_at_start: labels live before the first event (a trace replayed from the state at its first entry)."""
+    live_at_start: labels live before the first event (a trace replayed from the state at its first entry).
+    trace_ops: for trace entries, minialloc.trace's reading of them (DeviceTrace.ops), so it is not read twice."""
     events = list(events)
     live: set[Any] = set(live_at_start)
     if events and all(isinstance(ev, dict) for ev in events):
-        return _trace_ops(events, live)
+        return _trace_ops(events, live, trace_ops)
     ops: list[Op] = []
     for i, ev in enumerate(events):
         where = f"events[{i}]"
@@ -267,14 +279,15 @@ class Replay:
     """An allocator that can be moved to any step of an event list, quickly, forward and backward."""
 
     def __init__(self, events: Iterable[Any], config: Any = None, *, capacity: int | str = "80GiB",
-                 checkpoint_every: int = 1000, start_segments: list[dict[str, Any]] | None = None) -> None:
+                 checkpoint_every: int = 1000, start_segments: list[dict[str, Any]] | None = None,
+                 trace_ops: Sequence[tuple] | None = None) -> None:
         every = checkpoint_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise VizInputError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         self._start = start_segments or []
         live = [b["address"] for s in self._start for b in s["blocks"] if b["state"] == "active_allocated"]
         # plain tuples: the collector stops tracking a tuple of plain values, but never a NamedTuple's
-        self._ops = [tuple(op) for op in normalize_events(events, live)]
+        self._ops = [tuple(op) for op in normalize_events(events, live, trace_ops)]
         self.config = config if config is not None else ""  # "" and not None: never read the environment
         self.capacity = capacity
         self.every = checkpoint_every
@@ -318,7 +331,7 @@ class Replay:
         trace = read_device_trace(snap, device, str(source) if not isinstance(source, dict) else "<snapshot>")
         return cls(trace.entries, recorded_config(snap) if config is None else config,
                    capacity=unlimited_capacity(trace) if capacity is None else capacity,
-                   checkpoint_every=checkpoint_every, start_segments=trace.start_segments)
+                   checkpoint_every=checkpoint_every, start_segments=trace.start_segments, trace_ops=trace.ops)
 
     def _fresh(self) -> _State:
         allocator = CachingAllocator(SimulatedGPU(self.capacity), self.config)
@@ -361,6 +374,10 @@ class Replay:
             a.record_stream(st.ptrs[op.label], op.stream or 0)
         elif op.kind == "empty_cache":
             a.empty_cache()
+        elif op.kind == "release":  # as minialloc.replay: the run's segments (a mapped range's retry unmaps alone)
+            for segment in op.label:
+                if segment > 0 and not a.release_cached_segment(segment):
+                    break  # not a wholly free segment here: the replay has left the run
         elif op.kind == "synchronize":
             a.device.synchronize(op.stream)
             a.process_events()

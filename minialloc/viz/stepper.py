@@ -24,12 +24,11 @@ from ..lang import say
 from ..sizes import format_size
 from ._common import COLORS, LABELS, UNMAPPED_EDGE, new_figure
 from .replay import Replay
+from .segment_map import TEXT as MAP_TEXT  # the outline's name, as the segment map's legend says it
 from .segment_map import draw_segment_map, fit_map_figure, map_layout, plot_side_by_side
 
 # Every word the stepper shows, in the course's three languages (minialloc.lang), chosen when it is drawn.
 TEXT: dict[str, dict[str, str]] = {
-    "largest": {"en": "largest cached free block", "vi": "khối trống lớn nhất trong bộ nhớ đệm",
-                "de": "größter freier Block im Cache"},
     "stats": {
         "en": "step {step} of {steps}: {outcome}\nallocated {allocated} · reserved {reserved} · reserved but unused "
               "{unused} · largest cached free block {largest}",
@@ -67,7 +66,7 @@ def _legend_html() -> str:
     """The quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML."""
     return ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS)
             + " &nbsp; <span style='display:inline-block;width:1.2em;height:0.7em;border:2px solid black;"
-            f"vertical-align:middle'></span> {html.escape(say(TEXT, 'largest'))}</div>")
+            f"vertical-align:middle'></span> {html.escape(say(MAP_TEXT, 'largest'))}</div>")
 
 
 def compare_configs(

@@ -31,7 +31,6 @@ from .errors import CertError
 PROOF_TYPE = "DataIntegrityProof"
 JCS_SUITE = "eddsa-jcs-2022"
 RDFC_SUITE = "eddsa-rdfc-2022"
-CRYPTOSUITE = JCS_SUITE  # the default
 CRYPTOSUITES = (JCS_SUITE, RDFC_SUITE)
 PROOF_PURPOSE = "assertionMethod"
 

@@ -26,6 +26,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import strict_json
+from .credential import _timestamp  # the credentials' own date-time format: one writer for both
 from .display import shown
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
@@ -52,10 +53,6 @@ class RevocationList:
 
     def find(self, credential_id: str) -> Revocation | None:
         return self.entries.get(credential_id)
-
-
-def _timestamp(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _check_id(value: object, where: str) -> str:

@@ -23,6 +23,7 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from ..i18n import LANG_NAMES, LANGS
+from .draw import slot_id
 from .pool import Pool, build_pool
 from .private_bank import load_quiz
 from .scoring import write_record
@@ -114,7 +115,7 @@ def build_notebook(pool: Pool) -> NotebookNode:
     for tier in sheet.tiers:  # slot numbers and points, tier by tier: draw.draw fills the slots in this order
         for _ in range(tier.count):
             number += 1
-            cells.append(_locked_code(f"Q.check(SHEET, answers, STUDENT_ID, {number})", f"slot{number:02d}",
+            cells.append(_locked_code(f"Q.check(SHEET, answers, STUDENT_ID, {number})", slot_id(number),
                                       points=tier.points))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata = {

@@ -45,6 +45,11 @@ def is_test_cell(cell: NotebookNode) -> bool:
             and not nbgrader_utils.is_solution(cell))
 
 
+def cell_name(cell: NotebookNode, default: str = "a cell") -> str:
+    """How the log and the notebook's grader_* metadata name a cell: its grade_id, else its id."""
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or default
+
+
 class GuardedExecute(Execute):
     """nbgrader's Execute, with the kernel's death, an ignored interrupt and floods of output handled per cell.
 
@@ -316,7 +321,7 @@ class ErrorsFailTests(NbGraderPreprocessor):
     """
 
     def preprocess_cell(self, cell, resources, index):
-        if nbgrader_utils.is_grade(cell) and not nbgrader_utils.is_solution(cell) and cell.cell_type == "code":
+        if is_test_cell(cell):
             failed = any(o.output_type == "error" or (o.output_type == "stream" and o.get("name") == "stderr")
                          for o in cell.outputs)
             if failed:
@@ -351,7 +356,7 @@ class FlagForReview(NbGraderPreprocessor):
             for pattern in self.patterns:
                 found = re.search(pattern, cell.source)
                 if found:
-                    where = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id") or "a student cell"
+                    where = cell_name(cell, "a student cell")
                     reasons.append(f"{where}: {found.group(0)}")
         if reasons:
             info = resources["nbgrader"]
@@ -382,7 +387,7 @@ class StripExecutionControl(NbGraderPreprocessor):
         for cell in nb.cells:
             tags = cell.get("metadata", {}).pop("tags", None)
             if tags:
-                where = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+                where = cell_name(cell)
                 stripped.append(f"{where}: tags {list(tags)!r}")
         kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
         if nb.metadata.get("kernelspec") != kernelspec:
@@ -518,8 +523,7 @@ class RedactHiddenTests(Preprocessor):
                 if any(n in text for n in needles) or any(q in _squeeze(text) for q in squeezed):
                     kept.append(new_output("stream", name="stdout", text=(
                         "[removed by the grader: this output quoted a hidden test]\n")))
-                    redacted.append(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                                    or cell.get("id") or "a cell")
+                    redacted.append(cell_name(cell))
                 else:
                     kept.append(output)
             if "outputs" in cell:
@@ -556,7 +560,7 @@ class InertOutputs(Preprocessor):
     def preprocess(self, nb, resources):
         removed: list[str] = []
         for cell in nb.cells:
-            where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+            where = cell_name(cell)
             for output in cell.get("outputs", []):
                 if "data" in output:
                     gone = self._inert(output)
@@ -574,7 +578,7 @@ class InertOutputs(Preprocessor):
                         removed.append(f"{where}: attachment {ascii(name)}")
         for cell in nb.cells:
             if cell.get("cell_type") == "markdown" and (why := markdown_activity(cell.get("source", ""))):
-                where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+                where = cell_name(cell)
                 cell.source = inert_markdown(cell.source, why)
                 removed.append(f"{where}: markdown ({why})")
         if nb.metadata.pop("widgets", None) is not None:
@@ -717,7 +721,7 @@ class ScanForKeys(Preprocessor):
         needles = [n for f in self.key_files for n in key_needles(Path(os.path.expanduser(f)))]
         redacted = []
         for cell in nb.cells:
-            where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id") or "a cell"
+            where = cell_name(cell)
             if self._leaks(cell.get("source", ""), needles):
                 cell.source = "# [removed by the grader: this cell contained private-key material]"
                 redacted.append(f"{where}: source")
