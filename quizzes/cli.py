@@ -6,9 +6,9 @@
   verify   FILE [--issuer DID|FILE] [--revocation-list FILE] [--email E] [--name N]   offline check
   revoke   --key KEY --list FILE (--id urn:uuid:... | --credential FILE) [--reason R]   sign a revocation
   (every command that loads a key takes --passphrase-file FILE or --passphrase-env VAR, or asks at the terminal)
-  check    [BANK.json ...]                             check the question bank
+  check    [BANK.json ...] [--private-bank DIR [--quiz Q]]   check the question bank (schema, option-length cues)
   show     --chapter N [--lang vi] [--seed S]           print a chapter's practice questions as text
-  build-graded --bank PRIVATE_DIR [--quiz Q] [--secret-file F] [--new-secret] [--out SOURCE_DIR]
+  build-graded --bank PRIVATE_DIR [--quiz Q] [--secret-file F] [--new-secret] [--out SOURCE_DIR] [--allow-cues]
                                                        the graded quiz's nbgrader source notebook (prompts only)
 
 Errors print one line saying why (exit 1; usage errors exit 2), never a traceback; QUIZZES_DEBUG=1 shows it.
@@ -95,8 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--reason", default="")
     _passphrase_options(r)
 
-    b = sub.add_parser("check", help="check the question bank")
-    b.add_argument("files", nargs="*", type=Path)
+    b = sub.add_parser("check", help="check the question bank: its schema, and that option length gives no answer away")
+    b.add_argument("files", nargs="*", type=Path, help="bank files (default: the practice bank, quizzes/bank/*.json)")
+    b.add_argument("--private-bank", type=Path, default=None, metavar="DIR",
+                   help="also check a graded quiz's private bank folder (its single-choice questions)")
+    b.add_argument("--quiz", default=None, help="the quiz in the private bank (default: its only one)")
 
     s = sub.add_parser("show", help="print practice questions as text")
     s.add_argument("--chapter", type=int, required=True)
@@ -110,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--new-secret", action="store_true", help="create the secret file first (refuses to replace one)")
     g.add_argument("--out", type=Path, default=Path("source"),
                    help="the nbgrader course's source folder (default: ./source); writes OUT/QUIZ/QUIZ.ipynb")
+    g.add_argument("--allow-cues", action="store_true",
+                   help="build even when picking the longest or shortest option passes the single-choice questions")
     return p
 
 
@@ -209,11 +214,30 @@ def _revoke(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .bank import load_bank
+    from .cues import cue_reports, practice_items, private_items, refusal
+    from .graded.private_bank import load_quiz
 
     bank = load_bank(args.files or None)
     kinds: dict[str, int] = {}
     for q in bank:
         kinds[q.kind] = kinds.get(q.kind, 0) + 1
+    reports = cue_reports(practice_items(bank))
+    reasons = [refusal("the practice bank", reports)]
+    for report in reports:
+        print(f"practice bank, {report.line()}")
+    if args.private_bank is not None:
+        if not args.private_bank.is_dir():
+            raise ValueError(f"{args.private_bank}: no such private bank folder")
+        quiz = load_quiz(args.private_bank, args.quiz)
+        private = cue_reports(private_items(quiz.questions))
+        reasons.append(refusal(f"the private bank's quiz {quiz.name!r}", private))
+        for report in private:
+            print(f"private bank {quiz.name}, {report.line()}")
+    failed = [r for r in reasons if r is not None]
+    for reason in failed:
+        print(f"error: {reason}", file=sys.stderr)
+    if failed:
+        return 1
     print(f"bank OK: {len(bank)} questions ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), "
           f"chapters {', '.join(map(str, bank.chapters))}, languages en, vi, de")
     return 0
@@ -227,15 +251,19 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _build_graded(args: argparse.Namespace) -> int:
-    from .graded.build import build, describe
+    from .graded.build import build, describe, refuse_option_cues
+    from .graded.private_bank import load_quiz
     from .graded.secret import default_secret_path, load_secret, new_secret
 
     if not args.bank.is_dir():
         raise ValueError(f"{args.bank}: no such private bank folder")
+    if not args.allow_cues:  # before a new secret is made for a bank that will not be built
+        refuse_option_cues(load_quiz(args.bank, args.quiz))
     secret_file = args.secret_file or default_secret_path(args.bank)
     if args.new_secret:
         print(f"new course secret: {new_secret(secret_file)} (mode 0600: keep it with the private bank)")
-    path, pool = build(args.bank, load_secret(secret_file), quiz=args.quiz, out_dir=args.out)
+    path, pool = build(args.bank, load_secret(secret_file), quiz=args.quiz, out_dir=args.out,
+                       allow_cues=args.allow_cues)
     print(f"wrote {path}: {describe(pool)}")
     return 0
 

@@ -22,10 +22,11 @@ from pathlib import Path
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
+from ..cues import cue_reports, private_items, refusal
 from ..i18n import LANG_NAMES, LANGS
 from .draw import slot_id
 from .pool import Pool, build_pool
-from .private_bank import load_quiz
+from .private_bank import PrivateBankError, QuizDefinition, load_quiz
 from .scoring import write_record
 
 _INTRO = {
@@ -130,10 +131,23 @@ def notebook_path(out_dir: Path, quiz: str) -> Path:
     return Path(out_dir) / quiz / f"{quiz}.ipynb"
 
 
+def refuse_option_cues(definition: QuizDefinition) -> None:
+    """Raise when the quiz's single-choice questions can be passed by option length (quizzes.cues)."""
+    reason = refusal(f"quiz {definition.name!r}", cue_reports(private_items(definition.questions)))
+    if reason is not None:
+        raise PrivateBankError(definition.file, None, None, f"{reason}, or build it anyway with --allow-cues")
+
+
 def build(bank_dir: Path, secret: bytes, *, quiz: str | None = None, out_dir: Path = Path("source"),
-          progress: bool = True) -> tuple[Path, Pool]:
-    """Build the pool (scenarios run on minialloc), write the source notebook and the build record."""
+          progress: bool = True, allow_cues: bool = False) -> tuple[Path, Pool]:
+    """Build the pool (scenarios run on minialloc), write the source notebook and the build record.
+
+    A bank whose single-choice questions a learner passes by picking the longest or the shortest option is
+    refused unless allow_cues is set.
+    """
     definition = load_quiz(bank_dir, quiz)
+    if not allow_cues:
+        refuse_option_cues(definition)
     pool = build_pool(definition, secret, progress=progress)
     path = notebook_path(out_dir, definition.name)
     nb = build_notebook(pool)
