@@ -3,8 +3,9 @@
 PracticeSession holds the student's copy of the questions (the payload): shuffled questions and options, and the
 answers and explanations sealed (quizzes.obfuscate), opened only when the student checks an answer. It knows the
 progress and the score: a question counts as right when its FIRST check is right; a wrong answer can be changed
-and checked again (its explanation shows at once), which teaches but does not score. retry() starts a new round:
-a new order, new option orders, new numbers for the computed questions.
+and checked again, which teaches but does not score. The explanation opens after a right answer or after the
+second check: shown after the first wrong one, it would hand over the answer and make the retry a formality.
+retry() starts a new round: a new order, new option orders, new numbers for the computed questions.
 
 quizzes.widget draws a session with ipywidgets; TextQuiz prints it, for nbconvert, CI logs and terminals.
 """
@@ -69,6 +70,8 @@ class Feedback:
     def correct(self) -> bool:
         return self.status == "correct"
 
+
+EXPLAIN_AFTER_CHECKS = 2  # a wrong first answer gets a retry before the explanation
 
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
@@ -214,9 +217,16 @@ class PracticeSession:
         status = self.state.last.get(qid)
         if status is None:
             return Feedback("invalid", "")
-        explanation = unseal(self._item(qid).explanation, self.payload.salt, f"{qid}|explanation")
         message = ui("correct" if status == "correct" else "wrong", self.lang)
+        if not self.explanation_open(qid):
+            return Feedback(status, message)
+        explanation = unseal(self._item(qid).explanation, self.payload.salt, f"{qid}|explanation")
         return Feedback(status, message, explanation[self.lang])
+
+    def explanation_open(self, qid: str) -> bool:
+        """True once the question was answered right, or checked EXPLAIN_AFTER_CHECKS times (a second try)."""
+        return (self.state.last.get(qid) == "correct"
+                or self.state.attempts.get(qid, 0) >= EXPLAIN_AFTER_CHECKS)
 
     def next(self) -> None:
         if not self.finished:

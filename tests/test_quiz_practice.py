@@ -34,11 +34,27 @@ def test_wrong_then_right_single():
     s = session(["c2-5gb-2gb"])
     fb = s.check(wrong_option(s))
     assert fb.status == "wrong" and fb.message == UI["wrong"]["en"]
-    assert fb.explanation == BANK["c2-5gb-2gb"].explanation["en"]
+    assert fb.explanation == ""  # the first miss gets a retry, not the answer's explanation
     fb = s.check(answer_of(s, "c2-5gb-2gb"))
     assert fb.correct and fb.message == UI["correct"]["en"]
+    assert fb.explanation == BANK["c2-5gb-2gb"].explanation["en"]
     assert (s.score, s.answered) == (0, 1)  # only the first check counts
     assert s.state.attempts["c2-5gb-2gb"] == 2
+
+
+def test_explanation_after_a_right_answer_or_a_second_try():
+    s = session(["c2-5gb-2gb", "c1-pools"])
+    first = s.current.qid
+    assert s.check(answer_of(s, first)).explanation == BANK[first].explanation["en"]  # right at once
+    s.next()
+    second = s.current.qid
+    wrong = wrong_option(s)
+    assert s.check(wrong).explanation == ""
+    assert s.feedback(second).explanation == ""  # nor after a language switch redraws it
+    fb = s.check(wrong)  # the same wrong answer, checked again: the second try opens the explanation
+    assert fb.status == "wrong" and fb.explanation == BANK[second].explanation["en"]
+    s.set_lang("de")
+    assert s.feedback(second).explanation == BANK[second].explanation["de"]
 
 
 def test_right_at_once_scores():
@@ -95,6 +111,7 @@ def test_parse_number(text, value):
 def test_feedback_follows_the_language():
     s = session(["c2-5gb-2gb"])
     s.check(wrong_option(s))
+    s.check(wrong_option(s))  # the second try opens the explanation
     for lang in LANGS:
         s.set_lang(lang)
         fb = s.feedback("c2-5gb-2gb")
@@ -182,10 +199,12 @@ def test_widget_wrong_then_right_and_next():
     quiz._choice.value = wrong_option(s)
     quiz._check.click()
     assert UI["wrong"]["en"] in quiz._feedback.value and 'aria-live="polite"' in quiz._feedback.value
+    explanation = BANK["c2-5gb-2gb"].explanation["en"][:40]
+    assert explanation not in quiz._feedback.value  # not after the first miss: the retry must still count
     assert not quiz._next.disabled
     quiz._choice.value = answer_of(s, "c2-5gb-2gb")
     quiz._check.click()
-    assert UI["correct"]["en"] in quiz._feedback.value
+    assert UI["correct"]["en"] in quiz._feedback.value and explanation in quiz._feedback.value
     assert "0/1" in quiz._progress.value
 
 
@@ -205,6 +224,7 @@ def test_widget_language_switch_keeps_the_selection():
     chosen = wrong_option(quiz.session)
     quiz._choice.value = chosen
     quiz._check.click()
+    quiz._check.click()  # a second try: the explanation is open now
     quiz._lang.value = "vi"
     q = BANK["c2-5gb-2gb"]
     assert q.text["vi"] in quiz._question.value
