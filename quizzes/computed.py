@@ -4,7 +4,10 @@ A bank question of kind "computed" names one generator below. The generator draw
 from a random.Random seeded by (generator name, seed), runs the scenario on minialloc's allocator or block
 manager, and returns a Variant: the parameters as strings for the question's text and explanation templates,
 the answer that minialloc computed, and an exhibit (code to read or run, or a memory summary or OOM message to
-read). Nothing here is a formula for the answer: the allocator computes it, so the questions stay right if the
+read). A code exhibit never ends in the line that shows the answer: it stops before the call the question asks
+about, or asks about a state the code does not print (tests/test_quiz_computed.py runs every exhibit and checks
+that it prints nothing and ends in no expression), so the learner has to apply the rule, not run the cell.
+Nothing here is a formula for the answer: the allocator computes it, so the questions stay right if the
 course's allocator model changes, and tests/test_quiz_computed.py checks the exhibits against minialloc.
 
 The seed is the student id (graded quiz) or a session seed (practice), so two students get different numbers
@@ -67,8 +70,8 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.2f}".rstrip("0")
 
 
-def _one_tensor(n: int, question: str) -> str:
-    return f'{IMPORTS}\nalloc = CachingAllocator(SimulatedGPU("8GiB"), "")\nx = alloc.malloc({n})\n{question}'
+def _code(*lines: str, capacity: str = "8GiB") -> str:
+    return "\n".join([IMPORTS, f'alloc = CachingAllocator(SimulatedGPU("{capacity}"), "")', *lines])
 
 
 def _fresh(capacity: str = "8GiB", config: str = "") -> CachingAllocator:
@@ -77,29 +80,36 @@ def _fresh(capacity: str = "8GiB", config: str = "") -> CachingAllocator:
 
 # -- chapter 1: rounding, segment sizes, best fit and splitting ---------------------------------------------------
 
-@generator
-def rounding_allocated(rng: random.Random) -> Variant:
-    """One small tensor: what memory_allocated() reports is the request rounded up to 512 bytes."""
+def _unaligned(rng: random.Random) -> int:
     n = rng.randrange(1000, 1_000_000)
     while n % 512 == 0:
         n = rng.randrange(1000, 1_000_000)
+    return n
+
+
+@generator
+def rounding_allocated(rng: random.Random) -> Variant:
+    """Two small tensors, the first freed: memory_allocated() is the second request rounded up to 512 bytes."""
+    first, n = _unaligned(rng), _unaligned(rng)
     alloc = _fresh()
+    x = alloc.malloc(first)
     alloc.malloc(n)
+    alloc.free(x)
     answer = alloc.memory_allocated()
-    exhibit = _one_tensor(n, "alloc.memory_allocated()")
-    return Variant({"n": str(n)}, answer, exhibit)
+    exhibit = _code(f"x = alloc.malloc({first})", f"y = alloc.malloc({n})", "alloc.free(x)")
+    return Variant({"n": str(n), "first": str(first)}, answer, exhibit)
 
 
 @generator
 def segment_reserved(rng: random.Random) -> Variant:
-    """One tensor on a fresh allocator: reserved is the segment size (2 MiB, 20 MiB, or rounded to 2 MiB)."""
+    """One tensor, then freed: reserved is still its segment's size (2 MiB, 20 MiB, or rounded to 2 MiB)."""
     kind = rng.choice(("small", "medium", "large"))
     lo, hi = {"small": (4096, MiB), "medium": (MiB + 4096, 10 * MiB - 4096), "large": (10 * MiB, 900 * MiB)}[kind]
     n = rng.randrange(lo, hi)
     alloc = _fresh()
-    alloc.malloc(n)
+    alloc.free(alloc.malloc(n))
     answer = alloc.memory_reserved() / MiB
-    exhibit = _one_tensor(n, "alloc.memory_reserved() / MiB")
+    exhibit = _code(f"x = alloc.malloc({n})", "alloc.free(x)")
     return Variant({"n": str(n), "n_mib": f"{n / MiB:.2f}"}, answer, exhibit)
 
 
@@ -112,10 +122,8 @@ def reserved_after_sequence(rng: random.Random) -> Variant:
     for s in sizes:
         alloc.malloc(s * MiB)
     answer = alloc.memory_reserved() / MiB
-    lines = [IMPORTS, 'alloc = CachingAllocator(SimulatedGPU("8GiB"), "")']
-    lines += [f"t{i} = alloc.malloc({s} * MiB)" for i, s in enumerate(sizes)]
-    lines.append("alloc.memory_reserved() / MiB")
-    return Variant({"sizes": ", ".join(map(str, sizes))}, answer, "\n".join(lines))
+    exhibit = _code(*(f"t{i} = alloc.malloc({s} * MiB)" for i, s in enumerate(sizes)))
+    return Variant({"sizes": ", ".join(map(str, sizes))}, answer, exhibit)
 
 
 # -- chapter 2: the OOM message, the summary, empty_cache, fragmentation -----------------------------------------
@@ -139,11 +147,9 @@ def oom_tried_to_allocate(rng: random.Random) -> Variant:
         answer = e.report.alloc_size / MiB
     else:  # cannot happen with the ranges above; fail loudly rather than ask a question without an answer
         raise AssertionError(f"oom_tried_to_allocate: {n} bytes fitted on a {capacity} GiB GPU")
-    exhibit = (
-        f'{IMPORTS}\nalloc = CachingAllocator(SimulatedGPU("{capacity}GiB"), "")\n'
-        f"weights = alloc.malloc({weights_mib} * MiB)\n"
-        f"x = alloc.malloc({n})   # OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
-    )
+    # the exhibit stops before the failing call: running it must not print the message whose number is asked
+    exhibit = _code(f"weights = alloc.malloc({weights_mib} * MiB)", f"# next: x = alloc.malloc({n}) fails",
+                    capacity=f"{capacity}GiB")
     params = {"capacity": str(capacity), "weights": str(weights_mib), "free": str(free_mib), "n": str(n),
               "n_mib": f"{n / MiB:.2f}"}
     return Variant(params, answer, exhibit)
@@ -182,11 +188,9 @@ def empty_cache_released(rng: random.Random) -> Variant:
     before = alloc.memory_reserved()
     alloc.empty_cache()
     answer = (before - alloc.memory_reserved()) / MiB
-    lines = [IMPORTS, 'alloc = CachingAllocator(SimulatedGPU("8GiB"), "")']
-    lines += [f"{name} = alloc.malloc({size} * MiB)" for name, size in zip(names, sizes, strict=True)]
+    lines = [f"{name} = alloc.malloc({size} * MiB)" for name, size in zip(names, sizes, strict=True)]
     lines += [f"alloc.free({name})" for name in freed]
-    lines.append("alloc.empty_cache()")
-    return Variant({}, answer, "\n".join(lines))
+    return Variant({}, answer, _code(*lines))  # the question asks what a call of empty_cache() would give back
 
 
 @generator

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import math
 import re
 
@@ -10,7 +13,7 @@ import pytest
 from minialloc import OutOfMemoryError
 from minialloc.sizes import GiB, KiB, MiB
 from quizzes import load_bank
-from quizzes.computed import BLOCK_TOKENS, GENERATORS, generate
+from quizzes.computed import BLOCK_TOKENS, GENERATORS, IMPORTS, generate
 
 SEEDS = range(12)
 
@@ -30,18 +33,18 @@ def _reserved_mib(v):
 
 
 def _oom(v):
+    ns = _run(v.exhibit)  # the exhibit stops before the failing call: make it, as its last comment says
     with pytest.raises(OutOfMemoryError) as info:
-        _run(v.exhibit)
+        ns["alloc"].malloc(int(v.params["n"]))
     assert f"Tried to allocate {info.value.report.alloc_size / MiB:.2f} MiB" in str(info.value) or \
         info.value.report.alloc_size >= GiB
     return info.value.report.alloc_size / MiB
 
 
 def _empty_cache(v):
-    *setup, last = v.exhibit.splitlines()
-    ns = _run("\n".join(setup))
+    ns = _run(v.exhibit)
     before = ns["alloc"].memory_reserved()
-    exec(last, ns)
+    ns["alloc"].empty_cache()  # the call the question asks about, after the exhibit
     return (before - ns["alloc"].memory_reserved()) / MiB
 
 
@@ -101,6 +104,27 @@ INDEPENDENT = {
     "paged_prefix_blocks": (_prefix, 0),
     "paged_slots": (_slots, 0),
 }
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_no_code_exhibit_shows_its_answer(name):
+    """Run as a notebook cell runs it, a code exhibit prints nothing, raises nothing, and its last line echoes no
+    value (an expression there evaluates to None): the learner applies the rule, the cell does not hand it over."""
+    for seed in SEEDS:
+        v = generate(name, seed)
+        if not v.exhibit.startswith(IMPORTS):
+            continue  # a memory summary or an OOM message to read, not code
+        tree = ast.parse(v.exhibit)
+        *body, last = tree.body
+        out, namespace = io.StringIO(), {}
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            exec(compile(ast.Module(body, []), "<exhibit>", "exec"), namespace)
+            if isinstance(last, ast.Expr):  # what Jupyter would show under the cell
+                echoed = eval(compile(ast.Expression(last.value), "<exhibit>", "eval"), namespace)
+                assert echoed is None, (name, seed, ast.unparse(last), echoed)
+            else:
+                exec(compile(ast.Module([last], []), "<exhibit>", "exec"), namespace)
+        assert out.getvalue() == "", (name, seed, out.getvalue())
 
 
 def test_every_generator_is_checked():
