@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from course_i18n import glossary
 from quizzes import LANGS, BankError, load_bank
 from quizzes.bank import BANK_DIR, placeholders
 from quizzes.cli import main
 from quizzes.i18n import CERT, UI
 
 BANK = load_bank()
+ROOT = Path(__file__).resolve().parents[1]
 
 # The five questions of the course page's own quiz (its English FAQ), word for word.
 FAQ = {
@@ -77,6 +79,24 @@ def test_translations_are_translations(qid):
         assert field["vi"] != field["en"] and field["de"] != field["en"], qid
         assert re.search(r"[À-ỹ]", field["vi"]), \
             f"{qid}: the Vietnamese text has no Vietnamese letters"
+
+
+GLOSSARIES = {lang: glossary.load(ROOT / "course" / "locale" / lang / "glossary.json") for lang in ("vi", "de")}
+
+
+@pytest.mark.parametrize("lang", sorted(GLOSSARIES))
+def test_translations_follow_the_course_glossary(lang):
+    """The bank says "luồng CUDA", "Allokator", ... as the translated chapters do, and never a word the glossary
+    rules out. A text written the same in every language (a setting, a memory_summary row name) is a literal."""
+    terms = GLOSSARIES[lang]
+    every_term = {t.term for t in terms}  # a question stands alone: no first-use form (with the English) needed
+    problems = []
+    for q in BANK:
+        for field, text in _texts(q):
+            if text[lang] != text["en"]:
+                problems += [f"{q.id}.{field}.{lang}: {p}"
+                             for p in glossary.violations(text["en"], text[lang], terms, set(every_term))]
+    assert not problems, "\n".join(problems)
 
 
 def test_interface_strings_in_every_language():
