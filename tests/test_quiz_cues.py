@@ -105,5 +105,5 @@ def test_build_graded_refuses_a_cued_private_bank_unless_allowed(tmp_path: Path,
     assert not (bank / "course.secret").exists() and not out.exists()  # refused before anything was written
     with pytest.raises(PrivateBankError, match="--allow-cues"):
         build(bank, bytes(range(32)), out_dir=out, progress=False)
-    path, pool = build(bank, bytes(range(32)), out_dir=out, progress=False, allow_cues=True)
-    assert path.exists() and pool.questions
+    assert main(["build-graded", "--bank", str(bank), "--new-secret", "--out", str(out), "--allow-cues"]) == 0
+    assert (out / "quiz1" / "quiz1.ipynb").is_file() and "wrote" in capsys.readouterr().out
