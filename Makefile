@@ -12,8 +12,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # pip's arguments for PyTorch, as written (not quoted): the version minialloc mirrors, pinned exactly. What it
-# brings depends on the index. PyPI serves torch==2.13.0 for Linux x86_64 as a CUDA build that pulls the NVIDIA
-# libraries (several GB): what a GPU instance wants, and what `make test` gets on a Linux laptop unless told
+# brings depends on the index. PyPI serves torch==2.13.0 for Linux x86_64 as a CUDA build that pulls NVIDIA's CUDA
+# libraries as dependencies: what a GPU instance wants, and what `make test` gets on a Linux laptop unless told
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 # (PyTorch's CPU wheels, no NVIDIA libraries). On macOS and Windows, PyPI's torch is a CPU build already.
 TORCH_SPEC ?= torch==2.13.0
