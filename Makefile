@@ -94,9 +94,9 @@ check: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "$(CHECK_MARKERS)"
 
 # Benchmarks print figures; they are not tests. Every bench/*.py runs, each with the same flags
-# (BENCH_FLAGS=--quick for a short run).
+# (BENCH_FLAGS=--quick for a short run). They need the course's layer only (minialloc and matplotlib).
 BENCH_FLAGS ?=
-bench: $(TEST_STAMP)
+bench: $(COURSE_STAMP)
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python "$$script" $(BENCH_FLAGS) || exit 1; done
 
 # labs/student/: the labs as students get them (nbgrader generate_assignment on labs/source), for self-learners.
@@ -134,7 +134,8 @@ system-packages:
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
-	  echo "the tests need Debian's$$missing: run  sudo make system-packages  (apt-get installs them), then make test again"; \
+	  echo "the tests need Debian's$$missing: run  sudo make system-packages  (apt-get installs them), then \
+	make test again"; \
 	  exit 1; \
 	fi; \
 	echo "installing$$missing (apt-get, as root)"; \
