@@ -126,12 +126,14 @@ gpu-check:
 	PYTHON=$(GPU_PYTHON) tools/gpu_check.sh
 
 # The Debian packages the tests need: Chromium (tests/test_browser.py; Playwright drives it, never
-# `playwright install`) and bubblewrap (autograde runs every student kernel under it: the nbgrader tests). As root,
+# `playwright install`), bubblewrap (autograde runs every student kernel under it: the nbgrader tests) and, where
+# Debian's python3 lacks ensurepip, python3-venv (the venvs of make and tests/test_binder.py). As root,
 # apt-get installs the missing ones after one package index update; otherwise one line gives the command to run.
 system-packages:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	$(PYTHON) -c "import ensurepip" >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
 	  echo "the tests need Debian's$$missing: run  sudo make system-packages  (apt-get installs them), then \

@@ -5,7 +5,8 @@
 - A venv made by `make course` is completed by `make test` (its layer only), never built again.
 - TORCH_SPEC reaches pip as written, so it can carry `--index-url` for PyTorch's CPU wheels.
 - `make course` says in one line how to add PyTorch when the venv has none, and nothing when it has it.
-- `make test`'s system packages: installed with one `apt-get update` as root, one line with the command otherwise.
+- `make test`'s system packages (Chromium, bubblewrap, python3-venv where ensurepip is missing): installed with one
+  `apt-get update` as root, one line with the command otherwise.
 """
 
 from __future__ import annotations
@@ -104,9 +105,11 @@ def test_make_course_says_in_one_line_how_to_add_torch_when_it_is_missing(projec
 
 @pytest.fixture
 def bare_path(tmp_path: Path) -> Path:
-    """A PATH folder with a fake `id` and a fake `apt-get` that logs its arguments; no chromium, no bwrap."""
+    """A PATH folder with a fake `apt-get` that logs its arguments and a python3 that has ensurepip (a test adds
+    `id`); no chromium, no bwrap."""
     folder = tmp_path / "bare-bin"
     tool(folder, "apt-get", f'echo "$*" >> {tmp_path / "apt.log"}')
+    tool(folder, "python3", "exit 0")
     return folder
 
 
@@ -122,6 +125,15 @@ def test_system_packages_installed_as_root_else_one_line_says_how(project: Path,
         assert done.returncode != 0 and not log.exists()
         assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap: run  sudo make "
                                             "system-packages  (apt-get installs them), then make test again"]
+
+
+def test_a_python_without_ensurepip_asks_for_python3_venv(project: Path, bare_path: Path):
+    tool(bare_path, "id", "echo 0")
+    tool(bare_path, "chromium", "exit 0")
+    tool(bare_path, "python3", 'echo "No module named ensurepip" >&2; exit 1')  # Debian's python3 without its venv
+    make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
+    assert (bare_path.parent / "apt.log").read_text().splitlines() == ["update -q",
+                                                                       "install -y -q bubblewrap python3-venv"]
 
 
 def test_system_packages_present_means_nothing_to_do(project: Path, bare_path: Path):
