@@ -59,7 +59,8 @@ $(TEST_STAMP): $(COURSE_STAMP)
 # says in one line how to add it: a CPU build, for chapter 5's trace viewer (chapters 1 to 3's PyTorch cells also
 # need a GPU).
 course: $(COURSE_STAMP) labs/exchange
-	@$(BIN)/python -c "import torch" 2>/dev/null || echo "PyTorch is not installed, so the chapters skip their \
+	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || \
+	echo "PyTorch is not installed, so the chapters skip their \
 	PyTorch cells; to add it: $(BIN)/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 	MINIALLOC_DEVICE=$${MINIALLOC_DEVICE:-sim} $(LAB) --LabApp.default_url=/lab/tree/course/00_start_here.ipynb
 
