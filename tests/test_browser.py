@@ -357,9 +357,11 @@ def first_command(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     root = tmp / "repo"
     shutil.copytree(ROOT, root, ignore=COPY_IGNORE)  # copy2: the venv's stamp stays newer than pyproject.toml
     (root / ".venv").symlink_to(ROOT / ".venv")
-    stale = subprocess.run(["make", "-q", ".venv/bin/.installed"], cwd=root, capture_output=True)
-    if stale.returncode != 0:  # make would reinstall into the shared venv, pointing it at this temporary copy
-        pytest.fail(".venv is older than pyproject.toml or the Makefile: run `make test` (it reinstalls first)")
+    # the install layers `make course` would run here (the course's, or the GPU's where a driver answers)
+    dry_run = subprocess.run(["make", "-n", "course"], cwd=root, capture_output=True, text=True, check=True).stdout
+    if "touch .venv/bin/.installed-" in dry_run:  # make would install into the shared venv, pointing it at this copy
+        pytest.fail(".venv lacks a layer `make course` needs, or is older than pyproject.toml or the Makefile: "
+                    "run `make test` (it installs the course's layers first)")
     settings = tmp / "lab-settings"
     for name, values in LAB_SETTINGS.items():
         path = settings / name
@@ -427,7 +429,7 @@ def test_make_course_adds_allow_root_for_root_only(tmp_path):
         (fake / "id").chmod(0o755)
         env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
         for target in ("course", "grade"):
-            dry = subprocess.run(["make", "-n", "-o", ".venv/bin/.installed", target], cwd=ROOT, env=env,
-                                 capture_output=True, text=True, check=True).stdout
+            dry = subprocess.run(["make", "-n", "-o", ".venv/bin/.installed-course", "-o", ".venv/bin/.installed-gpu",
+                                  target], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
             assert ("--allow-root" in dry) == wanted, (uid, target, dry)
             assert "--ServerApp.ip=127.0.0.1" in dry and f"--ServerApp.root_dir=\"{ROOT}\"" in dry

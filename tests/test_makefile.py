@@ -1,0 +1,150 @@
+"""The Makefile's install layers and system packages, with make itself and fake tools on PATH (no pip, no apt-get).
+
+- `make course` installs the course's own stack only where no NVIDIA driver answers (nvidia-smi absent or failing),
+  and CUDA torch with CuPy's toolkit wheels where one does, for the driver's CUDA major.
+- A venv made by `make course` is completed by `make test` (its layer only), never built again.
+- TORCH_SPEC reaches pip as written, so it can carry `--index-url` for PyTorch's CPU wheels.
+- `make course` says in one line how to add PyTorch when the venv has none, and nothing when it has it.
+- `make test`'s system packages (Chromium, bubblewrap, python3-venv where ensurepip is missing): installed with one
+  `apt-get update` as root, one line with the command otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAKE = shutil.which("make")
+pytestmark = pytest.mark.skipif(MAKE is None, reason="GNU make is not installed")
+CPU_TORCH = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+
+
+def tool(folder: Path, name: str, script: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(f"#!/bin/sh\n{script}\n")
+    (folder / name).chmod(0o755)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """The Makefile and pyproject.toml alone, older than any stamp a test writes."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+        os.utime(tmp_path / name, (1_000_000_000, 1_000_000_000))
+    return tmp_path
+
+
+def make(project: Path, *args: str, driver: str | None = None, path: str | None = None,
+         check: bool = True) -> subprocess.CompletedProcess:
+    """`make ARGS` in project, with a fake nvidia-smi that reports CUDA major `driver`, or fails (no driver)."""
+    fake = project / "fake-bin"
+    answer = f'echo "| NVIDIA-SMI 580.00   Driver Version: 580.00   CUDA Version: {driver}.0 |"' if driver \
+        else 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2; exit 9'
+    tool(fake, "nvidia-smi", answer)
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_MAJOR", "TORCH_SPEC", "VENV", "MAKEFLAGS")}
+    env["PATH"] = f"{fake}{os.pathsep}{path if path is not None else env['PATH']}"
+    return subprocess.run([MAKE, *args], cwd=project, env=env, capture_output=True, text=True, check=check)
+
+
+def pip_lines(dry_run: str) -> list[str]:
+    """The pip commands a dry run would run (the hint `make course` prints only quotes one)."""
+    return [line for line in dry_run.splitlines() if line.startswith(".venv/bin/python -m pip install")]
+
+
+def test_without_a_driver_the_course_installs_no_torch_and_no_cupy(project: Path):
+    dry = make(project, "-n", "course").stdout
+    assert pip_lines(dry) == ['.venv/bin/python -m pip install -q --upgrade pip',
+                              '.venv/bin/python -m pip install -q -e ".[course]"'], dry
+    assert "touch .venv/bin/.installed-course" in dry and ".installed-gpu" not in dry
+
+
+@pytest.mark.parametrize(("driver", "extra"), [("12", "cuda12"), ("13", "cuda13")])
+def test_with_a_driver_the_course_installs_cuda_torch_and_cupy_with_the_toolkit(project: Path, driver: str,
+                                                                                  extra: str):
+    installs = pip_lines(make(project, "-n", "course", driver=driver).stdout)
+    assert installs[-2:] == [".venv/bin/python -m pip install -q torch==2.13.0",
+                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]"'], installs
+
+
+def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
+    stamps = project / ".venv" / "bin"
+    stamps.mkdir(parents=True)
+    (stamps / ".installed-course").touch()  # what `make course` left, newer than the Makefile and pyproject.toml
+    dry = make(project, "-n", "-o", "system-packages", "test", f"TORCH_SPEC={CPU_TORCH}").stdout
+    assert pip_lines(dry) == [f".venv/bin/python -m pip install -q {CPU_TORCH}",
+                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"'], dry
+    assert "-m venv" not in dry and "touch .venv/bin/.installed-course" not in dry
+    assert "touch .venv/bin/.installed-test" in dry and "pytest" in dry
+
+
+def test_a_fresh_clone_builds_the_course_layer_before_the_test_layer(project: Path):
+    installs = pip_lines(make(project, "-n", "-o", "system-packages", "test").stdout)
+    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]"', installs
+    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"', installs
+
+
+@pytest.mark.parametrize("has_torch", [False, True])
+def test_make_course_says_in_one_line_how_to_add_torch_when_it_is_missing(project: Path, has_torch: bool):
+    venv_bin = project / ".venv" / "bin"
+    tool(venv_bin, "python", "exit 0" if has_torch else 'echo "No module named torch" >&2; exit 1')
+    tool(venv_bin, "jupyter", 'echo "jupyter $*"')  # the server, replaced: it prints its arguments and returns
+    (venv_bin / ".installed-course").touch()
+    out = make(project, "course").stdout
+    hints = [line for line in out.splitlines() if "PyTorch is not installed" in line]
+    if has_torch:
+        assert hints == [], out
+    else:
+        assert len(hints) == 1 and hints[0].endswith(f"to add it: .venv/bin/python -m pip install {CPU_TORCH}"), out
+    assert "jupyter lab" in out and "course/00_start_here.ipynb" in out
+
+
+@pytest.fixture
+def bare_path(tmp_path: Path) -> Path:
+    """A PATH folder with a fake `apt-get` that logs its arguments and a python3 that has ensurepip (a test adds
+    `id`); no chromium, no bwrap."""
+    folder = tmp_path / "bare-bin"
+    tool(folder, "apt-get", f'echo "$*" >> {tmp_path / "apt.log"}')
+    tool(folder, "python3", "exit 0")
+    return folder
+
+
+@pytest.mark.parametrize("uid", ["0", "1000"])
+def test_system_packages_installed_as_root_else_one_line_says_how(project: Path, bare_path: Path, uid: str):
+    tool(bare_path, "id", f"echo {uid}")
+    done = make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path), check=False)
+    log = bare_path.parent / "apt.log"
+    if uid == "0":
+        assert done.returncode == 0, done.stderr
+        assert log.read_text().splitlines() == ["update -q", "install -y -q chromium bubblewrap"]
+    else:
+        assert done.returncode != 0 and not log.exists()
+        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap: run  sudo make "
+                                            "system-packages  (apt-get installs them), then make test again"]
+
+
+def test_a_python_without_ensurepip_asks_for_python3_venv(project: Path, bare_path: Path):
+    tool(bare_path, "id", "echo 0")
+    tool(bare_path, "chromium", "exit 0")
+    tool(bare_path, "python3", 'echo "No module named ensurepip" >&2; exit 1')  # Debian's python3 without its venv
+    make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
+    assert (bare_path.parent / "apt.log").read_text().splitlines() == ["update -q",
+                                                                       "install -y -q bubblewrap python3-venv"]
+
+
+def test_system_packages_present_means_nothing_to_do(project: Path, bare_path: Path):
+    tool(bare_path, "id", "echo 0")
+    tool(bare_path, "chromium", "exit 0")
+    tool(bare_path, "bwrap", "exit 0")
+    done = make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
+    assert done.stdout == "" and not (bare_path.parent / "apt.log").exists()
+
+
+def test_ci_runs_make_test_and_nothing_else():
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "exec make test"]
