@@ -3,6 +3,7 @@ nbgrader Validate button, and widget state saved with the notebook so a reopened
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -51,3 +52,17 @@ def test_the_learner_lab_saves_widget_state(monkeypatch: pytest.MonkeyPatch) -> 
     if not schema.exists():
         pytest.skip("the widget manager's lab extension is not installed")
     assert "saveState" in json.loads(schema.read_text(encoding="utf-8"))["properties"]
+
+
+def test_the_stepper_says_to_rerun_its_cell_after_a_reopen() -> None:
+    # saved widget state shows the stepper's last view, but its controls need a kernel: the view says so
+    pytest.importorskip("ipywidgets")
+    from minialloc import viz
+    from minialloc.lang import using
+    from minialloc.viz.stepper import TEXT
+    from minialloc.workloads import canonical_scenario
+
+    stepper = viz.Stepper(canonical_scenario()[:4], "", capacity="8GiB")
+    for lang in ("en", "vi", "de"):
+        with using(lang):
+            assert html.escape(TEXT["rerun"][lang]) in stepper.widget().children[1].value
