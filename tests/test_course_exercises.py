@@ -9,8 +9,11 @@ The blank run is also the chapter's "does it run top to bottom" test: tests/test
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -108,6 +111,147 @@ def test_chapter_runs_blank(chapter: Path, monkeypatch: pytest.MonkeyPatch, tmp_
     results = run(nb, chapter, monkeypatch, tmp_path)
     assert set(results) == ids, f"ids revealed/checked {sorted(results)} but tagged {sorted(ids)}"
     assert all(v == "not yet" for v in results.values()), results
+    # the same run, read as a learner who pressed Run All: nothing before a prediction gives its answer away
+    spoilers = [problem for pid, cell in predictions(nb) for problem in spoiled(nb, pid, cell, answer_of(chapter, pid))]
+    assert not spoilers, "\n".join(spoilers)
+
+
+# --- predict-first: no answer in sight before the learner commits ------------------------------------------------
+
+
+def predictions(nb: nbformat.NotebookNode) -> list[tuple[str, int]]:
+    """(id, index of the predict cell) of every prediction, in order."""
+    return [(cell.metadata["minialloc"]["id"], i) for i, cell in enumerate(nb.cells)
+            if "predict" in cell.metadata.get("tags", [])]
+
+
+def reveal_cell(nb: nbformat.NotebookNode, pid: str, at: int) -> int:
+    """The cell after prediction ``pid`` that reveals it."""
+    return next(i for i in range(at + 1, len(nb.cells))
+                if nb.cells[i].cell_type == "code" and f'learn.reveal("{pid}"' in nb.cells[i].source)
+
+
+def answer_of(chapter: Path, pid: str) -> Any:
+    """The reference answer of prediction ``pid``: the value course/solutions/ assigns ("20 MiB" and 20 * MiB
+    alike read as a byte count)."""
+    from minialloc import sizes
+
+    def as_bytes(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(as_bytes(v) for v in value)
+        if isinstance(value, str):
+            try:
+                return sizes.parse_size(value)
+            except ValueError:
+                return value
+        return value
+
+    expression = solutions(chapter)[pid].split("=", 1)[1]
+    units = {"KiB": sizes.KiB, "MiB": sizes.MiB, "GiB": sizes.GiB}
+    return as_bytes(eval(compile(ast.parse(expression.strip(), mode="eval"), pid, "eval"), units))  # noqa: S307
+
+
+def answer_forms(answer: Any) -> list[str]:
+    """How an answer would read if some text printed it: byte counts in PyTorch's and minialloc's units, shares as
+    percentages, tuples whole. Short numbers, booleans, page lists and words are left to the reveal cell's own rule
+    below (nothing printed after its "not yet" line)."""
+    from minialloc.sizes import format_size, readable_size
+
+    if isinstance(answer, tuple):  # a byte count alone may be a rule's example (2 MiB segments): the whole tuple
+        from minialloc.learn import _show
+
+        return [repr(answer), _show(answer)]
+    if isinstance(answer, int) and not isinstance(answer, bool) and answer >= 1024:
+        return sorted({format_size(answer), readable_size(answer)})
+    if isinstance(answer, float) and 0 < answer <= 1:
+        return [f"{answer:.0%}", f"{answer:.1%}"]
+    return []
+
+
+def _output_text(output: nbformat.NotebookNode) -> str:
+    return output.get("text", "") if output.output_type == "stream" else output.get("data", {}).get("text/plain", "")
+
+
+def _text_of(cell: nbformat.NotebookNode) -> list[str]:
+    return [cell.source, *(_output_text(o) for o in cell.get("outputs", []))]
+
+
+def spoiled(nb: nbformat.NotebookNode, pid: str, at: int, answer: Any) -> list[str]:
+    """What a learner sees before committing to prediction ``pid`` that gives it away: the answer in any markdown,
+    source or output leading up to the reveal cell's own verdict; an explanation in the reveal cell's visible
+    source; or output after the "not yet" line that a blank reveal cell still prints."""
+    problems = []
+    reveal = reveal_cell(nb, pid, at)
+    # what leads up to this prediction: everything since the previous reveal (a size taught chapters ago, such as
+    # the 20 MiB segment, is a rule to apply, not a spoiler)
+    start = max((reveal_cell(nb, p, i) + 1 for p, i in predictions(nb) if i < at), default=0)
+    seen = [text for cell in nb.cells[start:reveal] for text in _text_of(cell)] + [nb.cells[reveal].source]
+    for form in answer_forms(answer):
+        if any(re.search(rf"(?<![\d.,]){re.escape(form)}", text) for text in seen):
+            problems.append(f"{pid}: the answer {form!r} is in sight before the prediction")
+    if "why(" not in nb.cells[reveal].source:
+        problems.append(f"{pid}: the reveal cell's source holds its explanation (use chapterN.why)")
+    outputs = nb.cells[reveal].get("outputs", [])
+    verdict = [i for i, o in enumerate(outputs) if f"[{pid}]" in _output_text(o)]
+    if not verdict:
+        problems.append(f"{pid}: the blank reveal cell printed no 'not yet' line")
+    elif [o for o in outputs[verdict[-1] + 1:] if o.output_type != "execute_result"]:
+        problems.append(f"{pid}: the blank reveal cell prints more after 'not yet' (hold it back until predicted)")
+    return problems
+
+
+# --- every check cell idempotent: the same answer, checked twice, before and after, gets the same verdict ---------
+
+
+def checker_cell(nb: nbformat.NotebookNode, eid: str, at: int) -> int:
+    return next(i for i in range(at + 1, len(nb.cells))
+                if nb.cells[i].cell_type == "code" and f'"{eid}"' in nb.cells[i].source)
+
+
+@pytest.mark.parametrize("chapter", ENGLISH, ids=[p.stem[:2] for p in ENGLISH])
+def test_every_check_cell_gives_the_same_verdict_twice(chapter: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """Each prediction or exercise, in its place in the chapter: blank, checked twice; filled with the solution,
+    checked twice; blank again, checked once more. The verdicts must be not yet, not yet, right, right, not yet:
+    a check cell that changes state an earlier cell built (and so judges a rerun differently) fails here."""
+    nb = nbformat.read(chapter, as_version=4)
+    filled = solutions(chapter)
+    cells = list(nb.cells)
+    plan: list[tuple[int, str, str, int]] = []  # (index of the tagged cell, id, blank source, index of its check)
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code" and set(cell.metadata.get("tags", [])) & set(TAGS):
+            eid = cell.metadata["minialloc"]["id"]
+            plan.append((i, eid, cell.source, checker_cell(nb, eid, i)))
+    probe = "learn_verdicts.setdefault({eid!r}, []).append(__import__('minialloc').learn.results().get({eid!r}))"
+    new_cells = [nbformat.v4.new_code_cell("learn_verdicts = {}")]
+    for i, cell in enumerate(cells):
+        new_cells.append(cell)
+        for _, eid, blank, check in plan:
+            if i != check:
+                continue
+            rounds = [(None, 2), (filled[eid], 2), (blank, 1)]
+            for source, times in rounds:
+                if source is not None:
+                    new_cells.append(nbformat.v4.new_code_cell(source))
+                for _ in range(times):
+                    new_cells.append(nbformat.v4.new_code_cell(cells[check].source))
+                    new_cells.append(nbformat.v4.new_code_cell(probe.format(eid=eid)))
+            new_cells.append(nbformat.v4.new_code_cell(filled[eid]))  # leave it solved for the cells after it
+            new_cells.append(nbformat.v4.new_code_cell(cells[check].source))
+    new_cells.append(nbformat.v4.new_code_cell(
+        f"import json\nprint({MARK!r} + json.dumps(learn_verdicts))"))
+    nb.cells = new_cells
+    monkeypatch.setenv("MINIALLOC_DEVICE", "sim")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(workdir(chapter, tmp_path))}})
+    client.execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    verdicts = json.loads(next(ln for ln in text.splitlines() if ln.startswith(MARK))[len(MARK):])
+    assert set(verdicts) == {eid for _, eid, _, _ in plan}
+    for eid, seen in verdicts.items():
+        good = "right" if eid in {pid for pid, _ in predictions(nbformat.read(chapter, as_version=4))} else "passed"
+        assert seen == ["not yet", "not yet", good, good, "not yet"], f"{eid}: verdicts {seen}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)

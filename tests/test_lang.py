@@ -24,17 +24,17 @@ from minialloc.lang import LANGS, get_lang, pick, set_lang, using  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 # every module's table of learner-facing messages: id -> {"en", "vi", "de"}
-TABLES = {
-    "minialloc.learn": "TEXT",
-    **{f"minialloc.learn.chapter{n}": "TEXT" for n in range(1, 7)},
-    "minialloc.viz._common": "KIND_TEXT",
-    "minialloc.viz.segment_map": "TEXT",
-    "minialloc.viz.stepper": "TEXT",
-    "minialloc.viz.timeline": "TEXT",
-    "minialloc.viz.block_table": "TEXT",
-    "minialloc.viz.replay": "TEXT",
-    "minialloc.viz.export": "TEXT",
-}
+TABLES = [
+    ("minialloc.learn", "TEXT"),
+    *((f"minialloc.learn.chapter{n}", table) for n in range(1, 7) for table in ("TEXT", "WHY")),
+    ("minialloc.viz._common", "KIND_TEXT"),
+    ("minialloc.viz.segment_map", "TEXT"),
+    ("minialloc.viz.stepper", "TEXT"),
+    ("minialloc.viz.timeline", "TEXT"),
+    ("minialloc.viz.block_table", "TEXT"),
+    ("minialloc.viz.replay", "TEXT"),
+    ("minialloc.viz.export", "TEXT"),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def _english_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _messages() -> Iterator[tuple[str, str, dict[str, str]]]:
-    for module, name in TABLES.items():
+    for module, name in TABLES:
         for key, entry in getattr(importlib.import_module(module), name).items():
             yield module, key, entry
 

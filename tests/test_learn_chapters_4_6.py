@@ -183,3 +183,45 @@ def test_choose_fix_hints_do_not_name_the_settings():
     for hints in chapter6._HINTS.values():  # each hint in every language
         for hint in hints.values():
             assert "expandable" not in hint and "max_split" not in hint and "empty_cache" not in hint
+
+
+# --- hint ladders: the first miss points to the rule, a second miss in a row gives the crux (issue 23) ----------
+def _two_misses(eid: str, obj, checker) -> tuple[str, str]:
+    first = outcome(eid, obj, checker)
+    second = outcome(eid, obj, checker)
+    assert first[0] == second[0] == "failed"  # the same verdict for the same answer
+    return first[1], second[1]
+
+
+def test_cow_by_hand_ladder():
+    # the classic slip of the second writer copying again
+    answer = ({1: [0, 2], 2: [0, 3, 4]}, [(1, 2), (1, 3)])
+    first, second = _two_misses("c4-cow-by-hand", lambda: answer, chapter4.check_cow_by_hand)
+    assert "chapter 4, 'Sharing: fork and copy-on-write'" in first
+    assert "lowest free block" not in first and "ref count" not in first  # the key step waits for the 2nd miss
+    assert "ref count" in second
+
+
+def test_sampling_blocks_ladder():
+    def every_sample_copies_everything(prompt: int, samples: int, generated: int, block_size: int = 16) -> int:
+        return samples * -(-(prompt + generated) // block_size)
+
+    first, second = _two_misses("c4-sampling-blocks", every_sample_copies_everything, chapter4.check_sampling_blocks)
+    assert "chapter 4, 'Sharing" in first
+    assert "stay shared" not in first and "copied by every writer" not in first and "is anything copied" not in first
+    assert "chapter 4, 'Sharing" not in second
+
+
+def test_choose_fix_ladder():
+    everything_expandable = dict.fromkeys("ABC", "expandable_segments:True")
+    first, second = _two_misses("c6-choose-fix", lambda: everything_expandable, chapter6.check_fixes)
+    assert "chapter 6, 'When each fix wins'" in first and "no allocator setting" not in first
+    assert "no allocator setting can help" in second
+
+
+def test_a_pass_or_a_blank_restarts_the_ladder():
+    everything_expandable = dict.fromkeys("ABC", "expandable_segments:True")
+    outcome("c6-choose-fix", lambda: everything_expandable, chapter6.check_fixes)
+    outcome("c6-choose-fix", blank, chapter6.check_fixes)
+    status, text = outcome("c6-choose-fix", lambda: everything_expandable, chapter6.check_fixes)
+    assert status == "failed" and "chapter 6, 'When each fix wins'" in text

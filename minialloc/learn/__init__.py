@@ -3,7 +3,7 @@
 A learner uses two calls, each in the cell after the one they edit::
 
     rounded = ...                                    # cell tagged "predict": the learner replaces ... with a guess
-    learn.reveal("c1-rounded", rounded, actual, "why the allocator does this")
+    learn.reveal("c1-rounded", rounded, actual, chapter1.why("c1-rounded"))
 
     def release_and_retry(alloc, size): ...          # cell tagged "exercise": the learner writes the body
     learn.check("c1-retry", release_and_retry, chapter1.check_release_and_retry)
@@ -31,6 +31,13 @@ the hidden reference solution beside it, never in the notebook):
   exception (an ``OutOfMemoryError`` the exercise asks for) must catch it itself.
 - ``expect(condition, message, hint)`` is a one-line ``Wrong``.
 - Raise ``NotYet(message)`` for any other "the learner has not started" state (an empty trace list, say).
+- ``Wrong(message, hint, rule=...)`` makes a hint ladder: the first miss shows only ``rule`` (the chapter and rule
+  to re-read), a second miss in a row the ``hint`` (the crux). Neither is ever the answer.
+
+Predict-first, for chapter authors: a learner may press Run All, so nothing above a verdict may answer its
+prediction. The explanation lives in ``chapterN.WHY`` (``chapterN.why(pid, **measured)``), never in the cell's
+visible source; output that answers a prediction is printed only ``if learn.predicted(pid):``; and a reveal or
+check cell rebuilds the state it measures, so running it twice gives the same verdict.
 
 Prediction ids and exercise ids share one namespace; use ``cN-...`` for chapter N.
 
@@ -53,10 +60,11 @@ from typing import Any
 
 from ..lang import say
 
-__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "reset", "results", "reveal", "say"]
+__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "predicted", "reset", "results", "reveal", "say"]
 
 NOT_YET = "not yet"
 _RESULTS: dict[str, str] = {}
+_MISSES: dict[str, int] = {}  # exercise id -> failed checks in a row, for the hint ladder
 
 # What the harness itself prints, in the three languages of the course.
 TEXT: dict[str, dict[str, str]] = {
@@ -92,6 +100,14 @@ TEXT: dict[str, dict[str, str]] = {
         "en": "(within {tol} would have counted as right)",
         "vi": "(sai lệch trong khoảng {tol} vẫn được tính là đúng)",
         "de": "(eine Abweichung bis {tol} hätte als richtig gegolten)",
+    },
+    "decimal_unit": {
+        "en": "note: you wrote {unit}, read here as {binary} (2**10 steps), the unit of this course and of PyTorch's "
+              "messages; a true {unit} is a power of 1000, a little smaller",
+        "vi": "lưu ý: bạn viết {unit}, ở đây được hiểu là {binary} (theo bậc 2**10), đơn vị mà khóa học này và thông "
+              "báo của PyTorch dùng; {unit} thực sự là lũy thừa của 1000, nhỏ hơn một chút",
+        "de": "Hinweis: Sie schrieben {unit}, hier als {binary} gelesen (Stufen von 2**10), die Einheit dieses Kurses "
+              "und der Meldungen von PyTorch; ein echtes {unit} ist eine Potenz von 1000, etwas kleiner",
     },
     "that_is": {"en": "{value}, that is ({units})", "vi": "{value}, tức là ({units})",
                 "de": "{value}, also ({units})"},
@@ -144,6 +160,11 @@ TEXT: dict[str, dict[str, str]] = {
         "vi": "[{id}] chưa đạt: mã của bạn gây ra lỗi {error}",
         "de": "[{id}] nicht bestanden: Ihr Code löste einen Fehler aus, {error}",
     },
+    "ladder": {
+        "en": "{rule} (miss again and the next hint is closer)",
+        "vi": "{rule} (nếu chưa đúng lần nữa, gợi ý tiếp theo sẽ cụ thể hơn)",
+        "de": "{rule} (liegen Sie erneut daneben, wird der nächste Hinweis genauer)",
+    },
     "passed": {"en": "[{id}] passed", "vi": "[{id}] đạt", "de": "[{id}] bestanden"},
     "passed_note": {"en": "[{id}] passed: {note}", "vi": "[{id}] đạt: {note}", "de": "[{id}] bestanden: {note}"},
 }
@@ -153,12 +174,15 @@ TEXT: dict[str, dict[str, str]] = {
 
 class Wrong(Exception):
     """Raised by a checker: the learner's code ran and is wrong. ``message`` says what is wrong, ``hint`` where to
-    look; neither gives the answer."""
+    look; neither gives the answer. ``rule``, when given, is the first rung of a hint ladder: the first miss of an
+    exercise points only to the rule to re-read (chapter and rule number), a second miss in a row gives ``hint``,
+    the crux."""
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", rule: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.rule = rule
 
 
 class NotYet(Exception):
@@ -173,10 +197,10 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def expect(condition: object, message: str, hint: str = "") -> None:
-    """Raise ``Wrong(message, hint)`` unless ``condition`` holds."""
+def expect(condition: object, message: str, hint: str = "", rule: str = "") -> None:
+    """Raise ``Wrong(message, hint, rule)`` unless ``condition`` holds."""
     if not condition:
-        raise Wrong(message, hint)
+        raise Wrong(message, hint, rule)
 
 
 def results() -> dict[str, str]:
@@ -184,9 +208,16 @@ def results() -> dict[str, str]:
     return dict(_RESULTS)
 
 
+def predicted(pid: str) -> bool:
+    """Has the learner made prediction ``pid`` (its latest reveal was "right" or "wrong")? A reveal cell prints
+    the output that answers its prediction only then, so a Run All over blank cells shows no answer first."""
+    return _RESULTS.get(str(pid)) in ("right", "wrong")
+
+
 def reset() -> None:
     """Forget every recorded outcome (a fresh start, and the harness's own tests)."""
     _RESULTS.clear()
+    _MISSES.clear()
 
 
 # --- comparing a prediction with what minialloc did ---------------------------------------------------------
@@ -197,27 +228,102 @@ def _norm_text(s: str) -> str:
     return re.sub(r"\s+", "", s).casefold()
 
 
+# Words a learner adds around a choice without changing it: "small pool" for "small", "lower than the recorded
+# run" for "lower", "same" for "the same". Any other word (a second choice, a "not") keeps the answer apart.
+_FILLER_WORDS = frozenset({"the", "a", "pool", "than", "as", "recorded", "run", "replay", "one"})
+
+
+def _choice_words(s: str) -> list[str]:
+    return [w for w in re.findall(r"[^\W_]+", s.casefold()) if w not in _FILLER_WORDS]
+
+
+def _same_text(guess: str, actual: str) -> bool:
+    if _norm_text(guess) == _norm_text(actual):
+        return True
+    words = _choice_words(actual)
+    return bool(words) and _choice_words(guess) == words
+
+
 def _is_number(x: object) -> bool:
     return isinstance(x, numbers.Number) and not isinstance(x, bool)
 
 
-def _same(guess: Any, actual: Any, rel_tol: float) -> bool:
-    """True when the prediction matches: numbers within rel_tol, text ignoring case and spaces, containers
-    element by element (a list guess for a tuple answer is fine; a set answer ignores order)."""
+# A number as a learner types it: "1.4 GiB", "20MB", "100%", "1,44 GiB" (a decimal comma), "6,526" (thousands).
+_QUANTITY = re.compile(r"^\s*([-+]?\d+(?:[.,]\d+)?)\s*([A-Za-z%]*)\s*$")
+_BINARY_OF_DECIMAL = {"kb": "kib", "mb": "mib", "gb": "gib", "tb": "tib"}
+
+
+def _quantity(text: str) -> tuple[float, float, str, int, int] | None:
+    """'1.4 GiB' -> (1.4, 2**30, 'gib', 1 decimal, 2 significant digits); None when the text is no number."""
+    from ..sizes import _UNITS  # here, not at the top: keeps `import minialloc.learn` light
+
+    m = _QUANTITY.match(text)
+    if m is None:
+        return None
+    digits, unit = m.group(1), m.group(2).casefold()
+    if "," in digits:  # "6,526" is a thousands separator, "1,44" a decimal comma
+        whole, frac = digits.split(",")
+        digits = whole + frac if len(frac) == 3 else f"{whole}.{frac}"
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    significant = len(digits.replace(".", "").lstrip("+-").lstrip("0")) or 1
+    if unit == "%":
+        return float(digits) / 100, 1.0, unit, decimals + 2, significant
+    if unit not in _UNITS:
+        return None
+    return float(digits), float(_UNITS[unit]), unit, decimals, significant
+
+
+def _same_number_text(guess: str, actual: float, rel_tol: float, notes: list[str]) -> bool:
+    """A number typed as text. Exact questions (rel_tol 0) want the value; approximate ones also accept the
+    value at the precision the learner wrote, as the text itself rounds it ("1.4 GiB" for 1.44 GiB), from two
+    significant digits on. MB/GB are read as MiB/GiB when only that reading matches, with a note saying so."""
+    q = _quantity(guess)
+    if q is None:
+        return False
+    number, scale, unit, decimals, significant = q
+
+    def matches(scale: float) -> bool:
+        value = number * scale
+        if value == actual or (rel_tol and math.isclose(value, actual, rel_tol=rel_tol)):
+            return True
+        # the learner's own rounding: actual, in the unit they wrote, rounded to their digits (strictly inside
+        # half a last digit, so 19.5 MiB is never "20 MiB")
+        return bool(rel_tol) and significant >= 2 and abs(actual / scale - number) < 0.5 * 10.0 ** -decimals
+
+    if matches(scale):
+        return True
+    if unit in _BINARY_OF_DECIMAL:
+        from ..sizes import _UNITS
+
+        if matches(float(_UNITS[_BINARY_OF_DECIMAL[unit]])):
+            notes.append(say(TEXT, "decimal_unit", unit=_unit_name(unit), binary=_unit_name(_BINARY_OF_DECIMAL[unit])))
+            return True
+    return False
+
+
+def _unit_name(unit: str) -> str:
+    """'mib' -> 'MiB', 'mb' -> 'MB': a unit as the course writes it."""
+    return unit[0].upper() + unit[1:-1] + unit[-1].upper() if len(unit) == 3 else unit.upper()
+
+
+def _same(guess: Any, actual: Any, rel_tol: float, notes: list[str] | None = None) -> bool:
+    """True when the prediction matches: numbers within rel_tol (or text at the precision it was written in),
+    text ignoring case, spaces and filler words around a choice, containers element by element (a list guess for
+    a tuple answer is fine; a set answer ignores order). ``notes`` collects what the learner should still know
+    about an answer accepted in a looser reading (MB read as MiB)."""
+    notes = [] if notes is None else notes
     if isinstance(actual, bool) or isinstance(guess, bool):
         return isinstance(guess, bool) and isinstance(actual, bool) and guess == actual
     if _is_number(actual):
         if isinstance(guess, str):
-            guess = _size_from_text(guess)
-            if guess is None:
-                return False
+            return _same_number_text(guess, actual, rel_tol, notes)
         if not _is_number(guess):
             return False
         if rel_tol == 0:
             return guess == actual
         return math.isclose(guess, actual, rel_tol=rel_tol)
     if isinstance(actual, str):
-        return isinstance(guess, str) and _norm_text(guess) == _norm_text(actual)
+        return isinstance(guess, str) and _same_text(guess, actual)
     if isinstance(actual, (set, frozenset)):
         if not isinstance(guess, (set, frozenset, list, tuple, range)):
             return False
@@ -227,7 +333,7 @@ def _same(guess: Any, actual: Any, rel_tol: float) -> bool:
             return False
         for a in actual:
             for i, g in enumerate(remaining):
-                if _same(g, a, rel_tol):
+                if _same(g, a, rel_tol, notes):
                     del remaining[i]
                     break
             else:
@@ -235,24 +341,14 @@ def _same(guess: Any, actual: Any, rel_tol: float) -> bool:
         return True
     if isinstance(actual, Mapping):
         return (isinstance(guess, Mapping) and set(guess) == set(actual)
-                and all(_same(guess[k], actual[k], rel_tol) for k in actual))
+                and all(_same(guess[k], actual[k], rel_tol, notes) for k in actual))
     if isinstance(actual, (list, tuple, range)):
         return (isinstance(guess, (list, tuple, range)) and len(guess) == len(actual)
-                and all(_same(g, a, rel_tol) for g, a in zip(guess, actual, strict=True)))
+                and all(_same(g, a, rel_tol, notes) for g, a in zip(guess, actual, strict=True)))
     try:
         return bool(guess == actual)
     except Exception:  # an odd object whose == raises: a mismatch, not a crash in the learner's face
         return False
-
-
-def _size_from_text(text: str) -> int | None:
-    """'20 MiB' -> 20971520, so a learner may write sizes with units; None when the text is no size."""
-    from ..sizes import parse_size  # here, not at the top: keeps `import minialloc.learn` light
-
-    try:
-        return parse_size(text.strip())
-    except (TypeError, ValueError):
-        return None
 
 
 def _wrong_parts(guess: Any, actual: Any, rel_tol: float) -> list[str]:
@@ -334,8 +430,9 @@ def reveal(pid: str, guess: Any, actual: Any, why: str, *, rel_tol: float = 0.0)
     try:
         if guess is Ellipsis:
             return _record(pid, NOT_YET, say(TEXT, "predict_not_yet", id=pid))
-        if _same(guess, actual, rel_tol):
-            text = say(TEXT, "right", id=pid, actual=_show(actual)) + "\n" + say(TEXT, "why", why=why)
+        notes: list[str] = []
+        if _same(guess, actual, rel_tol, notes):
+            text = "\n".join([say(TEXT, "right", id=pid, actual=_show(actual)), *notes, say(TEXT, "why", why=why)])
             return _record(pid, "right", text)
         lines = [say(TEXT, "wrong", id=pid, guess=_show(guess), actual=_show(actual))]
         lines += [f"  {part}" for part in _wrong_parts(guess, actual, rel_tol)]
@@ -365,7 +462,9 @@ def check(eid: str, learner_obj: Any, checker: Callable[[Any], str | None]) -> s
     """Run a chapter's checker on the learner's function or trace, and say "passed", "not yet" or what is wrong
     with a hint. Never raises; records the outcome under ``eid``."""
     if learner_obj is Ellipsis:
+        _MISSES.pop(eid, None)
         return _record(eid, NOT_YET, say(TEXT, "exercise_blank", id=eid))
+    misses = _MISSES.pop(eid, 0)  # put back below only when this check fails again
     try:
         note = checker(learner_obj)
     except NotYet as exc:
@@ -374,9 +473,12 @@ def check(eid: str, learner_obj: Any, checker: Callable[[Any], str | None]) -> s
     except NotImplementedError:
         return _record(eid, NOT_YET, say(TEXT, "not_implemented", id=eid))
     except Wrong as exc:
+        _MISSES[eid] = misses + 1
         text = say(TEXT, "not_passed", id=eid, message=exc.message)
-        if exc.hint:
-            text += "\n" + say(TEXT, "hint", hint=exc.hint)
+        # the ladder: the rule at the first miss, the crux from the second on; never the answer
+        hint = say(TEXT, "ladder", rule=exc.rule) if exc.rule and misses == 0 else exc.hint
+        if hint:
+            text += "\n" + say(TEXT, "hint", hint=hint)
         return _record(eid, "failed", text)
     except RecursionError:
         return _record(eid, "failed", say(TEXT, "recursed", id=eid))

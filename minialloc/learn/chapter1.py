@@ -14,7 +14,7 @@ from ..device import SimulatedGPU
 from ..sizes import MiB, format_size
 from . import Wrong, call, expect, say
 
-__all__ = ["TEXT", "check_get_segment", "check_step_peak", "request_facts"]
+__all__ = ["TEXT", "WHY", "check_get_segment", "check_step_peak", "request_facts", "why"]
 
 # Every sentence a learner reads from this chapter's checkers, in the course's three languages (minialloc.lang).
 TEXT: dict[str, dict[str, str]] = {
@@ -201,7 +201,80 @@ TEXT: dict[str, dict[str, str]] = {
         "vi": "bước này đạt đỉnh {peak}, trong đó {before} đã được dùng từ trước",
         "de": "der Schritt erreichte seine Spitze bei {peak}, davon waren {before} schon vorher belegt",
     },
+    "retry_rule": {
+        "en": "chapter 1, rule 4 (best fit per stream) and rule 7 (release and retry): re-read both and follow them "
+              "for this case, one driver call at a time",
+        "vi": "chương 1, quy tắc 4 (best fit, theo từng luồng CUDA) và quy tắc 7 (giải phóng rồi thử lại): hãy "
+              "đọc lại cả hai và làm theo chúng cho trường hợp này, từng lời gọi trình điều khiển một",
+        "de": "Kapitel 1, Regel 4 (Best Fit pro Stream) und Regel 7 (Freigeben und erneut versuchen): Lesen Sie beide"
+              " noch einmal und folgen Sie ihnen für diesen Fall, einen Treiberaufruf nach dem anderen",
+    },
 }
+
+# Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
+# predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
+WHY: dict[str, dict[str, str]] = {
+    "c1-small-request": {
+        "en": "1000 B rounds up to 1024 B (rule 1), which is under 1 MiB: small pool (rule 2), whose segments are 2 "
+              "MiB (rule 3). The small pool splits whenever 512 B or more remain (rule 5), so allocated counts only "
+              "the 1024-byte block, while the whole 2 MiB segment is reserved.",
+        "vi": "1000 B được làm tròn lên 1024 B (quy tắc 1), dưới 1 MiB nên vào nhóm nhỏ (quy tắc 2), mà phân đoạn của"
+              " nhóm nhỏ là 2 MiB (quy tắc 3). Nhóm nhỏ tách khối bất cứ khi nào còn dư từ 512 B trở lên (quy tắc 5),"
+              " nên bộ nhớ được cấp phát chỉ tính khối 1024 byte, trong khi cả phân đoạn 2 MiB đều là bộ nhớ dành "
+              "riêng.",
+        "de": "1000 B werden auf 1024 B aufgerundet (Regel 1), das ist weniger als 1 MiB: kleiner Pool (Regel 2), "
+              "dessen Segmente 2 MiB groß sind (Regel 3). Der kleine Pool teilt auf, sobald 512 B oder mehr übrig "
+              "bleiben (Regel 5); zugewiesen ist also nur der 1024-Byte-Block, reserviert dagegen das ganze "
+              "2-MiB-Segment.",
+    },
+    "c1-large-request": {
+        "en": "19.5 MiB is already a multiple of 512 B (rule 1) and over 1 MiB: large pool (rule 2). It is not under "
+              "10 MiB, so its segment is its size rounded up to 2 MiB: 20 MiB (rule 3). The 512 KiB left over is not "
+              "over 1 MiB, so the large pool does not split it off (rule 5): the tensor's block is the whole segment,"
+              " and allocated counts 20 MiB, not 19.5.",
+        "vi": "19.5 MiB vốn đã là bội số của 512 B (quy tắc 1) và lớn hơn 1 MiB: vào nhóm lớn (quy tắc 2). Nó không "
+              "nhỏ hơn 10 MiB, nên phân đoạn của nó bằng chính kích thước đó làm tròn lên bội số của 2 MiB: 20 MiB "
+              "(quy tắc 3). Phần dư 512 KiB không lớn hơn 1 MiB, nên nhóm lớn không tách nó ra (quy tắc 5): khối của "
+              "tensor chính là cả phân đoạn, và bộ nhớ được cấp phát tính 20 MiB chứ không phải 19.5.",
+        "de": "19,5 MiB sind schon ein Vielfaches von 512 B (Regel 1) und größer als 1 MiB: großer Pool (Regel 2). "
+              "Die Anforderung liegt nicht unter 10 MiB, also ist ihr Segment ihre Größe, aufgerundet auf ein "
+              "Vielfaches von 2 MiB: 20 MiB (Regel 3). Die übrigen 512 KiB sind nicht größer als 1 MiB, also trennt "
+              "der große Pool sie nicht ab (Regel 5): Der Block des Tensors ist das ganze Segment, und zugewiesen "
+              "sind 20 MiB, nicht 19,5.",
+    },
+    "c1-empty-cache": {
+        "en": "a segment goes back to the device only whole: y, alive in the middle, pins all 20 MiB, and the free "
+              "pieces around it (6 MiB before, 8 MiB after) stay reserved.",
+        "vi": "một phân đoạn chỉ được trả về thiết bị khi trả được cả phân đoạn: y còn sống ở giữa nên giữ chặt cả 20"
+              " MiB, và các mảnh trống quanh nó (6 MiB phía trước, 8 MiB phía sau) vẫn là bộ nhớ dành riêng.",
+        "de": "ein Segment geht nur als Ganzes an das Gerät zurück: y lebt in der Mitte und hält alle 20 MiB fest, "
+              "und die freien Stücke um y herum (6 MiB davor, 8 MiB dahinter) bleiben reserviert.",
+    },
+    "c1-stream": {
+        "en": "after the free, p's block is in state {state}: it waits until the work queued on stream 1 so far is "
+              "done, because reusing it now would let a new tensor overwrite memory a stream 1 kernel may still read.",
+        "vi": "sau khi giải phóng, khối của p ở trạng thái {state}: nó phải chờ đến khi phần công việc đã xếp hàng "
+              "trên luồng CUDA 1 tính đến lúc đó chạy xong, vì nếu dùng lại ngay thì một tensor mới có thể ghi đè lên"
+              " vùng nhớ mà một kernel của luồng CUDA 1 có thể vẫn đang đọc.",
+        "de": "nach der Freigabe ist der Block von p im Zustand {state}: Er wartet, bis die bis dahin in Stream 1 "
+              "eingereihte Arbeit erledigt ist, denn würde er jetzt wiederverwendet, könnte ein neuer Tensor Speicher"
+              " überschreiben, den ein Kernel auf Stream 1 womöglich noch liest.",
+    },
+    "c1-peak": {
+        "en": "the peak is reached just before the workspace is freed: weights + activations + workspace. "
+              "memory_allocated() after the step has fallen back to the weights alone.",
+        "vi": "mức đỉnh đạt được ngay trước khi workspace được giải phóng: trọng số + các activation + workspace. Sau"
+              " bước, memory_allocated() đã lùi về chỉ còn trọng số.",
+        "de": "der Spitzenwert wird erreicht, kurz bevor der Arbeitsbereich freigegeben wird: Gewichte + "
+              "Aktivierungen + Arbeitsbereich. memory_allocated() ist nach dem Schritt wieder auf die Gewichte allein"
+              " gefallen.",
+    },
+}
+
+
+def why(pid: str, **fields: object) -> str:
+    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+    return say(WHY, pid, **fields)
 
 
 def request_facts(size: int, capacity: str = "8GiB") -> tuple[int, str, int, int, int]:
@@ -298,9 +371,11 @@ def check_get_segment(get_segment: Callable[..., int]) -> str:
         case = say(TEXT, "case", what=say(TEXT, what), size=format_size(size),
                    cache=[format_size(n) for n in cached])
         if expected is None:
-            expect(raised, say(TEXT, "should_raise", case=case, got=repr(got)), say(TEXT, "should_raise_hint"))
+            expect(raised, say(TEXT, "should_raise", case=case, got=repr(got)), say(TEXT, "should_raise_hint"),
+                   rule=say(TEXT, "retry_rule"))
         else:
-            expect(not raised, say(TEXT, "should_serve", case=case), say(TEXT, "should_serve_hint"))
+            expect(not raised, say(TEXT, "should_serve", case=case), say(TEXT, "should_serve_hint"),
+                   rule=say(TEXT, "retry_rule"))
             expect(isinstance(got, int), say(TEXT, "not_address", case=case, got=repr(got)),
                    say(TEXT, "not_address_hint"))
         if gpu.calls != ref_gpu.calls:
@@ -312,13 +387,15 @@ def check_get_segment(get_segment: Callable[..., int]) -> str:
                 hint = "calls_release_all_hint"
             else:
                 hint = "calls_hint"
-            raise Wrong(say(TEXT, "calls", case=case, calls=_describe(gpu.calls)), say(TEXT, hint))
+            raise Wrong(say(TEXT, "calls", case=case, calls=_describe(gpu.calls)), say(TEXT, hint),
+                        rule=say(TEXT, "retry_rule"))
         if expected is not None:
             # addresses of fresh mallocs depend on the order of calls, already compared: compare the outcome
-            expect(got == expected, say(TEXT, "best_fit", case=case, address=f"{got:#x}"), say(TEXT, "best_fit_hint"))
+            expect(got == expected, say(TEXT, "best_fit", case=case, address=f"{got:#x}"), say(TEXT, "best_fit_hint"),
+                   rule=say(TEXT, "retry_rule"))
         expect(sorted(cache) == sorted(ref_cache),
                say(TEXT, "cache_after", case=case, cache=[format_size(n) for _, n in cache]),
-               say(TEXT, "cache_after_hint"))
+               say(TEXT, "cache_after_hint"), rule=say(TEXT, "retry_rule"))
     # the same situation through minialloc's own allocator: it releases and retries the same way
     alloc = CachingAllocator(SimulatedGPU("512MiB"), "")
     for p in [alloc.malloc(n) for n in (300 * MiB, 100 * MiB)]:  # both live at once: two segments

@@ -18,7 +18,7 @@ from ..sizes import GiB, KiB, MiB, format_size
 from ..workloads import Event, canonical_scenario
 from . import NotYet, Wrong, call, expect, say
 
-__all__ = ["OOM_CAPACITY", "OOM_MIN_FREE", "OOM_REQUEST", "TEXT", "check_oom_trace", "check_releasable"]
+__all__ = ["OOM_CAPACITY", "OOM_MIN_FREE", "OOM_REQUEST", "TEXT", "WHY", "check_oom_trace", "check_releasable", "why"]
 
 # Every sentence a learner reads from this chapter's checkers, in the course's three languages (minialloc.lang).
 TEXT: dict[str, dict[str, str]] = {
@@ -94,6 +94,25 @@ TEXT: dict[str, dict[str, str]] = {
                     "vi": "lẫn lộn phân đoạn trống hoàn toàn, phân đoạn bị giữ chặt và phân đoạn đang dùng",
                     "de": "eine Mischung aus ganz freien, festgehaltenen und belegten Segmenten"},
     "state_small": {"en": "many small tensors", "vi": "nhiều tensor nhỏ", "de": "viele kleine Tensoren"},
+    "state_pending": {"en": "a block freed while another stream may still read it",
+                      "vi": "một khối đã giải phóng trong khi một luồng CUDA khác có thể vẫn đang đọc nó",
+                      "de": "ein Block, freigegeben, während ein anderer Stream ihn vielleicht noch liest"},
+    "pending_kept": {
+        "en": "state '{state}': you kept a segment whose only used block is 'active_pending_free'; empty_cache() "
+              "gave back {actual}",
+        "vi": "trạng thái '{state}': bạn giữ lại một phân đoạn mà khối duy nhất còn dùng ở trạng thái "
+              "'active_pending_free'; empty_cache() trả lại {actual}",
+        "de": "Zustand '{state}': Sie haben ein Segment behalten, dessen einziger benutzter Block "
+              "'active_pending_free' ist; empty_cache() gab {actual} zurück",
+    },
+    "pending_kept_hint": {
+        "en": "chapter 1, rule 8 (streams), and the block states above: what does empty_cache() do first about "
+              "work still queued on other streams?",
+        "vi": "chương 1, quy tắc 8 (luồng CUDA), và các trạng thái khối ở trên: empty_cache() làm gì trước tiên "
+              "với công việc còn xếp hàng trên các luồng CUDA khác?",
+        "de": "Kapitel 1, Regel 8 (Streams), und die Blockzustände oben: Was tut empty_cache() zuerst mit Arbeit, "
+              "die noch in anderen Streams wartet?",
+    },
     "not_int": {"en": "releasable returned {got}, a {type}", "vi": "releasable trả về {got}, kiểu {type}",
                 "de": "releasable gab {got} zurück, vom Typ {type}"},
     "not_int_hint": {"en": "return a number of bytes, an int", "vi": "hãy trả về số byte, kiểu int",
@@ -126,7 +145,66 @@ TEXT: dict[str, dict[str, str]] = {
         "de": "sehen Sie sich die Blöcke jedes Segments an: ein Segment geht als Ganzes (seine total_size) an das "
               "Gerät zurück, und nur, wenn keiner seiner Blöcke belegt ist",
     },
+    "oom_rule": {
+        "en": "chapter 2, steps 1 and 2: how big freed segments, reused by smaller tensors, left free memory that no "
+              "single request could use",
+        "vi": "chương 2, bước 1 và 2: các phân đoạn lớn đã giải phóng, khi được tensor nhỏ hơn dùng lại, để lại bộ "
+              "nhớ trống mà không yêu cầu đơn lẻ nào dùng được như thế nào",
+        "de": "Kapitel 2, Schritte 1 und 2: wie große freigegebene Segmente, von kleineren Tensoren wiederverwendet, "
+              "freien Speicher hinterließen, den keine einzelne Anforderung nutzen konnte",
+    },
 }
+
+# Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
+# predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
+WHY: dict[str, dict[str, str]] = {
+    "c2-step1": {
+        "en": "allocated {allocated}, reserved {reserved}, device free {device_free}. Freed tensors leave their "
+              "blocks in the cache: the eight 840 MiB segments stay reserved, ready for the next step, and only a "
+              "malloc that needs room (rule 7) or empty_cache() gives them back.",
+        "vi": "bộ nhớ được cấp phát (allocated) {allocated}, dành riêng (reserved) {reserved}, thiết bị còn trống "
+              "{device_free}. Tensor đã giải phóng để lại khối của chúng trong bộ nhớ đệm: tám phân đoạn 840 MiB vẫn "
+              "được dành riêng, sẵn sàng cho bước sau, và chỉ một lần malloc cần chỗ (quy tắc 7) hoặc empty_cache() "
+              "mới trả chúng về.",
+        "de": "zugewiesen {allocated}, reserviert {reserved}, frei auf dem Gerät {device_free}. Freigegebene Tensoren"
+              " lassen ihre Blöcke im Cache: Die acht Segmente zu 840 MiB bleiben reserviert, bereit für den nächsten"
+              " Schritt, und nur ein malloc, das Platz braucht (Regel 7), oder empty_cache() gibt sie zurück.",
+    },
+    "c2-largest-free": {
+        "en": "the largest cached free block is one 415 MiB piece, but the device still has 1.44 GiB free, and a new "
+              "segment of that size could be had: the larger of the two is the biggest request that could succeed. "
+              "Neither is 2 GiB.",
+        "vi": "khối trống lớn nhất trong bộ nhớ đệm là một mảnh 415 MiB, nhưng thiết bị vẫn còn trống 1.44 GiB, và có"
+              " thể xin được một phân đoạn mới cỡ đó: giá trị lớn hơn trong hai giá trị này là yêu cầu lớn nhất có "
+              "thể thành công. Không giá trị nào đạt 2 GiB.",
+        "de": "der größte freie Block im Cache ist ein Stück von 415 MiB, aber das Gerät hat noch 1,44 GiB frei, und "
+              "ein neues Segment dieser Größe wäre zu haben: Das größere von beiden ist die größte Anforderung, die "
+              "gelingen könnte. Keines erreicht 2 GiB.",
+    },
+    "c2-empty-cache": {
+        "en": "every segment holds a live 425 MiB activation, so none is wholly free; and the failed malloc's release"
+              " and retry had already released whatever was.",
+        "vi": "phân đoạn nào cũng chứa một activation 425 MiB đang sống, nên không phân đoạn nào trống hoàn toàn; và "
+              "bước giải phóng rồi thử lại của lần malloc thất bại đã giải phóng hết những gì có thể.",
+        "de": "jedes Segment hält eine lebende Aktivierung von 425 MiB, also ist keines ganz frei; und was ganz frei "
+              "war, hatte das fehlgeschlagene malloc beim Freigeben und erneuten Versuchen schon zurückgegeben.",
+    },
+    "c2-smaller-batch": {
+        "en": "with 319 MiB activations, two of them share one old 840 MiB segment, so half the segments end up "
+              "holding nothing; release and retry gives those back and the 2 GiB segment fits. Read on for how.",
+        "vi": "với activation 319 MiB, hai activation dùng chung một phân đoạn 840 MiB cũ, nên một nửa số phân đoạn "
+              "cuối cùng chẳng chứa gì; bước giải phóng rồi thử lại trả các phân đoạn đó về, và phân đoạn 2 GiB vừa "
+              "chỗ. Đọc tiếp để biết vì sao.",
+        "de": "mit Aktivierungen von 319 MiB teilen sich je zwei ein altes 840-MiB-Segment, also hält am Ende die "
+              "Hälfte der Segmente gar nichts mehr; Freigeben und erneut versuchen gibt sie zurück, und das "
+              "2-GiB-Segment passt. Wie genau, steht im nächsten Abschnitt.",
+    },
+}
+
+
+def why(pid: str, **fields: object) -> str:
+    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+    return say(WHY, pid, **fields)
 
 OOM_CAPACITY = 4 * GiB  # the GPU of the build-your-own-OOM exercise
 OOM_REQUEST = 1 * GiB  # the request that must fail after the learner's trace
@@ -168,9 +246,10 @@ def check_oom_trace(my_oom_trace: Callable[[], Sequence[Any]]) -> str:
     except OutOfMemoryError as exc:
         r = exc.report
     else:
-        raise Wrong(say(TEXT, "succeeded", size=format_size(OOM_REQUEST)), say(TEXT, "succeeded_hint"))
+        raise Wrong(say(TEXT, "succeeded", size=format_size(OOM_REQUEST)), say(TEXT, "succeeded_hint"),
+                    rule=say(TEXT, "oom_rule"))
     expect(r.total_free >= OOM_MIN_FREE, say(TEXT, "too_little_free", free=format_size(r.total_free)),
-           say(TEXT, "too_little_free_hint", min_free=format_size(OOM_MIN_FREE)))
+           say(TEXT, "too_little_free_hint", min_free=format_size(OOM_MIN_FREE)), rule=say(TEXT, "oom_rule"))
     return say(TEXT, "oom_passed", request=format_size(OOM_REQUEST), free=format_size(r.total_free),
                largest=format_size(r.largest_free_block), fragmentation=f"{r.fragmentation:.2f}")
 
@@ -207,12 +286,31 @@ def _state_small_pool(a: CachingAllocator) -> None:
         a.free(p)
 
 
+def _state_pending(a: CachingAllocator) -> None:
+    # a 3 MiB tensor alone in a 20 MiB segment of stream 2, read by stream 1 and freed before stream 1 is done:
+    # its block is active_pending_free. empty_cache() synchronizes first (PyTorch's release_cached_blocks starts
+    # with synchronize_and_free_events), so the segment goes back; only active_allocated blocks keep a segment.
+    p = a.malloc(3 * MiB, stream=2)
+    a.device.launch(1)
+    a.record_stream(p, 1)
+    a.free(p)
+    a.malloc(30 * MiB)  # and one live segment beside it
+
+
 _STATES: list[tuple[str, str, Callable[[CachingAllocator], None]]] = [
     ("state_step1", "8GiB", _state_canonical_step1),  # (message id of the state's name, capacity, builder)
     ("state_step2", "8GiB", _state_canonical_step2),
     ("state_mixed", "8GiB", _state_mixed),
     ("state_small", "8GiB", _state_small_pool),
+    ("state_pending", "8GiB", _state_pending),
 ]
+
+
+def _releasable_counting_pending_as_live(snapshot: dict) -> int:
+    """The usual slip: only segments whose blocks are all 'inactive' counted, as if a pending free kept its
+    segment."""
+    return sum(seg["total_size"] for seg in snapshot["segments"]
+               if all(b["state"] == "inactive" for b in seg["blocks"]))
 
 
 def check_releasable(releasable: Callable[[dict], int]) -> str:
@@ -222,7 +320,8 @@ def check_releasable(releasable: Callable[[dict], int]) -> str:
         what = say(TEXT, what_id)
         a = CachingAllocator(SimulatedGPU(capacity), "")
         build(a)
-        got = call(releasable, a.snapshot())
+        snap = a.snapshot()
+        got = call(releasable, snap)
         before = a.memory_reserved()
         a.empty_cache()
         actual = before - a.memory_reserved()
@@ -230,6 +329,9 @@ def check_releasable(releasable: Callable[[dict], int]) -> str:
                say(TEXT, "not_int", got=repr(got), type=type(got).__name__), say(TEXT, "not_int_hint"))
         if got != actual:
             cached = before - a.memory_allocated()
+            if got == _releasable_counting_pending_as_live(snap) and got != actual:
+                raise Wrong(say(TEXT, "pending_kept", state=what, actual=format_size(actual)),
+                            say(TEXT, "pending_kept_hint"))
             if got == cached and cached != actual:
                 raise Wrong(say(TEXT, "all_cached", state=what, got=format_size(got), actual=format_size(actual)),
                             say(TEXT, "all_cached_hint"))

@@ -14,7 +14,7 @@ from ..sizes import MiB, format_size
 from ..workloads import canonical_scenario
 from . import Wrong, call, say
 
-__all__ = ["TEXT", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages"]
+__all__ = ["TEXT", "WHY", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages", "why"]
 
 # Every sentence a learner reads from this chapter's checkers, in the course's three languages (minialloc.lang).
 TEXT: dict[str, dict[str, str]] = {
@@ -105,6 +105,47 @@ TEXT: dict[str, dict[str, str]] = {
               "unmappt hat",
     },
 }
+
+# Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
+# predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
+WHY: dict[str, dict[str, str]] = {
+    "c3-first-map": {
+        "en": "30 MiB at offset 0 lies on page 0 (0-20 MiB) and on part of page 1 (20-40 MiB): a page is mapped "
+              "whole, so {reserved} are reserved and the last 10 MiB are a free block, mapped and cached.",
+        "vi": "30 MiB tại offset 0 nằm trên trang 0 (0-20 MiB) và một phần trang 1 (20-40 MiB): trang luôn được ánh "
+              "xạ nguyên trang, nên {reserved} được dành riêng, và 10 MiB cuối là một khối trống, đã ánh xạ và nằm "
+              "trong bộ nhớ đệm.",
+        "de": "30 MiB ab Offset 0 liegen auf Seite 0 (0-20 MiB) und auf einem Teil von Seite 1 (20-40 MiB): Eine "
+              "Seite wird immer ganz eingeblendet, also sind {reserved} reserviert, und die letzten 10 MiB sind ein "
+              "freier Block, eingeblendet und im Cache.",
+    },
+    "c3-second-map": {
+        "en": "the lowest room is right after the first block, at 30 MiB: 10 MiB are already mapped there (the end of"
+              " page 1), and the block runs on to 45 MiB, into page 2, which gets mapped.",
+        "vi": "chỗ trống thấp nhất nằm ngay sau khối đầu tiên, tại 30 MiB: ở đó đã có 10 MiB được ánh xạ (phần cuối "
+              "của trang 1), và khối kéo dài tới 45 MiB, sang trang 2, nên trang 2 được ánh xạ.",
+        "de": "der niedrigste freie Platz liegt direkt hinter dem ersten Block, bei 30 MiB: Dort sind schon 10 MiB "
+              "eingeblendet (das Ende von Seite 1), und der Block reicht bis 45 MiB, also in Seite 2 hinein, die "
+              "eingeblendet wird.",
+    },
+    "c3-unmap": {
+        "en": "the free block is 0-30 MiB: page 0 lies wholly inside it and goes back to the device; page 1 (20-40 "
+              "MiB) also holds the live 15 MiB block (30-45 MiB), so it stays, and so does page 2. The free 10 MiB "
+              "left on page 1 stays mapped and cached. Reserved now: {reserved}.",
+        "vi": "khối trống là 0-30 MiB: trang 0 nằm trọn trong đó nên được trả về thiết bị; trang 1 (20-40 MiB) còn "
+              "chứa khối 15 MiB đang sống (30-45 MiB) nên được giữ lại, trang 2 cũng vậy. 10 MiB trống còn lại trên "
+              "trang 1 vẫn được ánh xạ và nằm trong bộ nhớ đệm. Bộ nhớ dành riêng lúc này: {reserved}.",
+        "de": "der freie Block reicht von 0 bis 30 MiB: Seite 0 liegt vollständig darin und geht an das Gerät zurück;"
+              " auf Seite 1 (20-40 MiB) liegt auch der lebende 15-MiB-Block (30-45 MiB), also bleibt sie, ebenso "
+              "Seite 2. Die freien 10 MiB, die auf Seite 1 übrig sind, bleiben eingeblendet und im Cache. Jetzt "
+              "reserviert: {reserved}.",
+    },
+}
+
+
+def why(pid: str, **fields: object) -> str:
+    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+    return say(WHY, pid, **fields)
 
 Block = tuple[int, int, bool]  # (offset from the start of the reserved range, size, free?)
 

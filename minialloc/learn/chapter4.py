@@ -15,8 +15,8 @@ from typing import Any
 from ..paging import BlockManager
 from . import NotYet, Wrong, call, expect, say
 
-__all__ = ["COW_SCENARIO", "TEXT", "check_cow_by_hand", "check_sampling_blocks", "opening_figure",
-           "run_cow_scenario", "run_sampling"]
+__all__ = ["COW_SCENARIO", "TEXT", "WHY", "check_cow_by_hand", "check_sampling_blocks", "opening_figure",
+           "run_cow_scenario", "run_sampling", "why"]
 
 # Every sentence a learner reads from this chapter (its picture's title, the checkers' feedback), in the course's
 # three languages (minialloc.lang).
@@ -167,7 +167,59 @@ TEXT: dict[str, dict[str, str]] = {
     "sampling_passed": {"en": "{n} cases agree with the block manager, boundaries included",
                         "vi": "{n} trường hợp đều khớp với bộ quản lý khối, kể cả các trường hợp biên",
                         "de": "{n} Fälle stimmen mit dem Blockmanager überein, Grenzfälle eingeschlossen"},
+    "cow_rule": {
+        "en": "chapter 4, 'Sharing: fork and copy-on-write': what a fork copies, and which write makes a copy",
+        "vi": "chương 4, 'Dùng chung: fork và sao chép khi ghi (copy-on-write)': một lần fork sao chép những gì, "
+              "và lần ghi nào tạo ra một "
+              "bản sao",
+        "de": "Kapitel 4, 'Teilen: Fork und Copy-on-Write': was ein Fork kopiert und welcher Schreibzugriff eine "
+              "Kopie auslöst",
+    },
 }
+
+# Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
+# predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
+WHY: dict[str, dict[str, str]] = {
+    "c4-grow": {
+        "en": "9 tokens need 3 blocks of 4 (9 / 4, rounded up). A block is taken only when the last one is full: the "
+              "prompt took 2, and the 9th token opened the 3rd. The other 5 stay free for other sequences; this "
+              "sequence wastes 3 slots of its last block, never more than one block's worth.",
+        "vi": "9 token cần 3 khối 4 token (9 / 4, làm tròn lên). Một khối mới chỉ được lấy khi khối cuối đã đầy: "
+              "prompt chiếm 2 khối, và token thứ 9 mở ra khối thứ 3. 5 khối còn lại vẫn trống cho các chuỗi khác; "
+              "chuỗi này lãng phí 3 ô trong khối cuối, và không bao giờ lãng phí quá một khối.",
+        "de": "9 Token brauchen 3 Blöcke zu 4 (9 / 4, aufgerundet). Ein Block wird erst genommen, wenn der letzte "
+              "voll ist: Der Prompt hat 2 belegt, und das 9. Token hat den 3. begonnen. Die übrigen 5 bleiben für "
+              "andere Sequenzen frei; diese Sequenz verschwendet 3 Plätze ihres letzten Blocks, nie mehr als einen "
+              "Block.",
+    },
+    "c4-cow-used": {
+        "en": "the fork copied nothing: both tables named the same 3 blocks, each with reference count 2. Sequence "
+              "2's token went into the shared, partly filled last block, so that one block was copied first (3 + 1 = "
+              "4 in use); the two full blocks stay shared.",
+        "vi": "lần fork không sao chép gì: cả hai bảng cùng trỏ tới 3 khối giống nhau, mỗi khối có số tham chiếu 2. "
+              "Token của chuỗi 2 được ghi vào khối cuối đang dùng chung và chưa đầy, nên riêng khối đó được sao chép "
+              "trước (3 + 1 = 4 khối đang dùng); hai khối đầy vẫn được dùng chung.",
+        "de": "der Fork hat nichts kopiert: Beide Tabellen nannten dieselben 3 Blöcke, jeden mit Referenzzähler 2. "
+              "Das Token von Sequenz 2 kam in den geteilten, teilweise gefüllten letzten Block, also wurde dieser "
+              "eine Block zuerst kopiert (3 + 1 = 4 belegt); die beiden vollen Blöcke bleiben geteilt.",
+    },
+    "c4-prefix-hit": {
+        "en": "the system prompt fills two full blocks, cached under chained hashes, so request 11 reuses both (8 "
+              "tokens). Each request's last block holds its own tokens and is its own: 3 blocks for request 10, 1 new"
+              " one for request 11, 4 in all.",
+        "vi": "system prompt lấp đầy hai khối, được lưu trong bộ đệm theo các hash móc nối, nên yêu cầu 11 dùng lại "
+              "cả hai (8 token). Khối cuối của mỗi yêu cầu chứa token riêng của nó và thuộc về riêng nó: 3 khối cho "
+              "yêu cầu 10, 1 khối mới cho yêu cầu 11, tổng cộng 4.",
+        "de": "der System-Prompt füllt zwei volle Blöcke, die unter verketteten Hashes im Cache liegen, also "
+              "verwendet Anfrage 11 beide wieder (8 Token). Der letzte Block jeder Anfrage enthält ihre eigenen Token"
+              " und gehört ihr allein: 3 Blöcke für Anfrage 10, 1 neuer für Anfrage 11, insgesamt 4.",
+    },
+}
+
+
+def why(pid: str, **fields: object) -> str:
+    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+    return say(WHY, pid, **fields)
 
 
 def opening_figure() -> Any:
@@ -238,14 +290,15 @@ def check_cow_by_hand(fn: Callable[[], Any]) -> str:
                say(TEXT, "table_list", seq=sid, got=repr(table)), say(TEXT, "table_list_hint"))
         mine, real = [int(b) for b in table], right_tables[sid]
         if len(mine) != len(real):
-            raise Wrong(say(TEXT, "table_length", seq=sid, n=len(mine)), say(TEXT, "table_length_hint"))
+            raise Wrong(say(TEXT, "table_length", seq=sid, n=len(mine)), say(TEXT, "table_length_hint"),
+                        rule=say(TEXT, "cow_rule"))
         for i, (a, b) in enumerate(zip(mine, real, strict=True)):
             if a != b:
                 hint = say(TEXT, "fork_hint" if i == 0 else "append_hint")
-                raise Wrong(say(TEXT, "wrong_block", seq=sid, i=i, block=a), hint)
+                raise Wrong(say(TEXT, "wrong_block", seq=sid, i=i, block=a), hint, rule=say(TEXT, "cow_rule"))
     if len(pairs) != len(right_copies):
-        raise Wrong(say(TEXT, "copy_count", n=len(pairs)), say(TEXT, "copy_count_hint"))
-    expect(pairs == right_copies, say(TEXT, "copy_wrong"), say(TEXT, "copy_wrong_hint"))
+        raise Wrong(say(TEXT, "copy_count", n=len(pairs)), say(TEXT, "copy_count_hint"), rule=say(TEXT, "cow_rule"))
+    expect(pairs == right_copies, say(TEXT, "copy_wrong"), say(TEXT, "copy_wrong_hint"), rule=say(TEXT, "cow_rule"))
     return say(TEXT, "cow_passed", tables=right_tables, copies=right_copies)
 
 
@@ -297,5 +350,5 @@ def check_sampling_blocks(fn: Callable[..., Any]) -> str:
             else:
                 hint = say(TEXT, "partial_hint")
             raise Wrong(say(TEXT, "sampling_wrong", prompt=prompt, samples=samples, generated=generated, bs=bs,
-                            got=got, more=more), hint)
+                            got=got, more=more), hint, rule=say(TEXT, "cow_rule"))
     return say(TEXT, "sampling_passed", n=len(cases))

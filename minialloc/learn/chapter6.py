@@ -20,8 +20,8 @@ from ..sizes import GiB, MiB, format_size
 from ..workloads import CANONICAL_CAPACITY, Event, alloc, canonical_scenario, free
 from . import NotYet, Wrong, call, expect, say
 
-__all__ = ["FAILURES", "PROGRAM_FIXES", "TEXT", "check_fit_7b", "check_fixes", "opening_figure", "program_fix",
-           "try_fix"]
+__all__ = ["FAILURES", "PROGRAM_FIXES", "TEXT", "WHY", "check_fit_7b", "check_fixes", "opening_figure", "program_fix",
+           "try_fix", "why"]
 
 # Every sentence a learner reads from this chapter (the picture's title, the three stories, the replays' outcomes,
 # the checkers' feedback), in the course's three languages (minialloc.lang).
@@ -213,7 +213,101 @@ TEXT: dict[str, dict[str, str]] = {
     "all_saved": {"en": "every failure is saved by its fix, on replay:",
                   "vi": "khi chạy lại, mọi sự cố đều được cách sửa của nó cứu:",
                   "de": "beim erneuten Abspielen wird jeder Fehlerfall durch seinen Fix gerettet:"},
+    "fixes_rule": {
+        "en": "chapter 6, 'When each fix wins': read this failure's numbers, name its cause, and match it with what a"
+              " fix changes",
+        "vi": "chương 6, 'Khi nào cách sửa nào thắng': hãy đọc các con số của sự cố này, gọi tên nguyên nhân, rồi đối"
+              " chiếu với điều mà một cách sửa thay đổi",
+        "de": "Kapitel 6, 'Wann welche Abhilfe gewinnt': Lesen Sie die Zahlen dieses Fehlerfalls, benennen Sie die "
+              "Ursache und ordnen Sie sie dem zu, was eine Abhilfe ändert",
+    },
 }
+
+# Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
+# predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
+WHY: dict[str, dict[str, str]] = {
+    "c6-model-state": {
+        "en": "2 + 2 + 4 + 4 + 4 = 16 bytes per parameter, times {params} parameters, is {gb} GB, which is {gib} GiB "
+              "(a GiB is 2**30 bytes, a GB 10**9). That alone is more than an 80 GiB GPU, before a single activation.",
+        "vi": "2 + 2 + 4 + 4 + 4 = 16 byte mỗi tham số, nhân với {params} tham số, được {gb} GB, tức {gib} GiB (một "
+              "GiB là 2**30 byte, một GB là 10**9). Riêng phần này đã vượt quá một GPU 80 GiB, khi chưa có một "
+              "activation nào.",
+        "de": "2 + 2 + 4 + 4 + 4 = 16 Bytes pro Parameter, mal {params} Parameter, ergibt {gb} GB, also {gib} GiB "
+              "(ein GiB sind 2**30 Bytes, ein GB 10**9). Das allein ist mehr, als eine 80-GiB-GPU fasst, noch vor der"
+              " ersten Aktivierung.",
+    },
+    "c6-ckpt-fits": {
+        "en": "checkpointing shrinks only the activations ({before} -> {after} GiB here); the {state} GiB of weights,"
+              " gradients and optimizer states stay. The largest item is the optimizer's, so that is where a fix must"
+              " act.",
+        "vi": "checkpointing chỉ làm giảm activation (ở đây từ {before} -> {after} GiB); {state} GiB của trọng số, "
+              "gradient và trạng thái bộ tối ưu vẫn còn nguyên. Khoản lớn nhất thuộc về bộ tối ưu, nên cách sửa phải "
+              "tác động vào đó.",
+        "de": "Checkpointing verkleinert nur die Aktivierungen (hier {before} -> {after} GiB); die {state} GiB für "
+              "Gewichte, Gradienten und Optimiererzustände bleiben. Der größte Posten gehört dem Optimierer, also "
+              "muss eine Abhilfe dort ansetzen.",
+    },
+    "c6-defrag-helps": {
+        "en": "each segment already had its free space in one piece (the live block at the front, the hole behind "
+              "it), so sliding blocks to the front changes nothing. The holes are in eight different segments, and a "
+              "segment is one cudaMalloc: blocks are cut from one segment's address range only. Joining them takes a "
+              "new mapping (expandable segments, stitching), not a move.",
+        "vi": "mỗi phân đoạn vốn đã có không gian trống liền một mảnh (khối còn sống ở đầu, lỗ ở phía sau), nên trượt"
+              " các khối về đầu chẳng thay đổi gì. Các lỗ nằm ở tám phân đoạn khác nhau, mà một phân đoạn là một lần "
+              "gọi cudaMalloc: khối chỉ được cắt từ dải địa chỉ của một phân đoạn. Muốn nối chúng lại phải có một ánh"
+              " xạ mới (phân đoạn có thể mở rộng (expandable segments), ghép nối), chứ không phải di chuyển.",
+        "de": "jedes Segment hatte seinen freien Platz schon an einem Stück (der lebende Block vorn, die Lücke "
+              "dahinter), also ändert das Verschieben der Blöcke nach vorn nichts. Die Lücken liegen in acht "
+              "verschiedenen Segmenten, und ein Segment ist ein cudaMalloc: Blöcke werden immer nur aus dem "
+              "Adressbereich eines Segments geschnitten. Um sie zusammenzuführen, braucht es eine neue Abbildung der "
+              "Adressen (erweiterbare Segmente, Stitching), kein Verschieben.",
+    },
+    "c6-stitch-used": {
+        "en": "device memory is taken by the physical chunks (cuMemCreate), once each: 3 x 4 MiB. A virtual range "
+              "(cuMemAddressReserve) costs no device memory, and mapping a chunk at a new address adds nothing.",
+        "vi": "bộ nhớ thiết bị bị chiếm bởi các mảnh vật lý (cuMemCreate), mỗi mảnh một lần: 3 x 4 MiB. Một dải địa "
+              "chỉ ảo (cuMemAddressReserve) không tốn bộ nhớ thiết bị, và ánh xạ một mảnh ở địa chỉ mới cũng không "
+              "thêm gì.",
+        "de": "Gerätespeicher belegen die physischen Chunks (cuMemCreate), jeder einmal: 3 x 4 MiB. Ein virtueller "
+              "Bereich (cuMemAddressReserve) kostet keinen Gerätespeicher, und einen Chunk an einer neuen Adresse "
+              "einzublenden, fügt nichts hinzu.",
+    },
+    "c6-rollout-peak": {
+        "en": "the trace starts with {start} already reserved, which is also the run's peak, and a replay starts from"
+              " that state, so no setting can show a gain on this trace. The benchmark does not resemble the part of "
+              "the run where memory grows: record from earlier (before the model is loaded), and never read \"no "
+              "change on this trace\" as \"no benefit\".",
+        "vi": "trace bắt đầu khi đã có {start} được dành riêng, cũng chính là đỉnh của lần chạy, và lần phát lại bắt "
+              "đầu từ trạng thái đó, nên không thiết lập nào có thể cho thấy lợi ích trên trace này. Phép đo chuẩn "
+              "này không giống đoạn của lần chạy mà bộ nhớ tăng lên: hãy ghi lại từ sớm hơn (trước khi nạp mô hình), "
+              "và đừng bao giờ hiểu \"không đổi trên trace này\" thành \"không có lợi\".",
+        "de": "der Trace beginnt mit bereits {start} reserviert, was auch die Spitze des Laufs ist, und eine "
+              "Wiedergabe beginnt in diesem Zustand; also kann keine Einstellung auf diesem Trace einen Gewinn "
+              "zeigen. Der Benchmark ähnelt nicht dem Teil des Laufs, in dem der Speicher wächst: Zeichnen Sie früher"
+              " auf (bevor das Modell geladen wird), und lesen Sie \"keine Änderung auf diesem Trace\" nie als \"kein "
+              "Nutzen\".",
+    },
+    "c6-canary": {
+        "en": "the target was \"no slower\", and the canary missed it: 40 release-and-retry events per step each free "
+              "the cache and synchronize the device, which is where the 8% went. No OOM is not the whole target. Roll"
+              " back (remove the setting, restart the job), then find out on a replay of this job's snapshot why the "
+              "new setting keeps running out of cached room.",
+        "vi": "mục tiêu là \"không chậm hơn\", và bản chạy thử (canary) đã không đạt: 40 lần giải phóng rồi thử lại mỗi"
+              " bước, lần nào cũng trả bộ nhớ đệm và đồng bộ hóa thiết bị, chính là chỗ 8% kia đã đi đâu. Không có "
+              "OOM chưa phải là toàn bộ mục tiêu. Hãy quay lui (bỏ thiết lập, khởi động lại tác vụ), rồi dùng một lần"
+              " phát lại ảnh chụp bộ nhớ của tác vụ này để tìm hiểu vì sao thiết lập mới cứ hết chỗ trong bộ nhớ đệm.",
+        "de": "das Ziel war \"nicht langsamer\", und der Canary hat es verfehlt: 40 Freigabe-und-Wiederholungs-Vorgänge"
+              " pro Schritt geben jedes Mal den Cache frei und synchronisieren das Gerät, und dorthin sind die 8 % "
+              "gegangen. Kein OOM ist nicht das ganze Ziel. Rollen Sie zurück (Einstellung entfernen, Job neu "
+              "starten) und finden Sie dann auf einer Wiedergabe des Snapshots dieses Jobs heraus, warum der neuen "
+              "Einstellung der Platz im Cache immer wieder ausgeht.",
+    },
+}
+
+
+def why(pid: str, **fields: object) -> str:
+    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+    return say(WHY, pid, **fields)
 
 # A model of OPT-1.3B's shape (Zhang et al., 2022: 24 layers, hidden 2048, 32 heads, vocabulary 50272), with the
 # parameter count estimated from the shape (12 L h^2 for the layers + V h for the embedding).
@@ -405,6 +499,7 @@ def check_fixes(fn: Callable[[], Any]) -> str:
             raise Wrong(say(TEXT, "bad_setting", key=key, fix=repr(fix), error=e),
                         say(TEXT, "bad_setting_hint")) from None
         if not saved:
-            raise Wrong(say(TEXT, "not_saved", key=key, fix=repr(fix), what=what), say(TEXT, f"hint_{key}"))
+            raise Wrong(say(TEXT, "not_saved", key=key, fix=repr(fix), what=what), say(TEXT, f"hint_{key}"),
+                        rule=say(TEXT, "fixes_rule"))
         lines.append(say(TEXT, "saved", key=key, fix=repr(fix), what=what))
     return say(TEXT, "all_saved") + "\n" + "\n".join(lines)

@@ -51,6 +51,12 @@ TEXT: dict[str, dict[str, str]] = {
     "step": {"en": "step", "vi": "bước", "de": "Schritt"},
     "back": {"en": "one step back", "vi": "lùi một bước", "de": "einen Schritt zurück"},
     "forward": {"en": "one step forward", "vi": "tiến một bước", "de": "einen Schritt vor"},
+    "rerun": {
+        "en": "The controls need this notebook's kernel: after reopening the notebook, run this cell again.",
+        "vi": "Các nút điều khiển cần kernel của notebook này: sau khi mở lại notebook, hãy chạy lại ô này.",
+        "de": "Die Bedienelemente brauchen den Kernel dieses Notebooks: Führen Sie diese Zelle nach dem erneuten "
+              "Öffnen des Notebooks noch einmal aus.",
+    },
 }
 
 
@@ -215,7 +221,9 @@ class Stepper:
         return w.VBox([w.HBox([play, back, fwd, slider]), stats, image])
 
     def _stats_html(self) -> str:
-        return _legend_html() + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
+        # the last line is for a reopened notebook: its saved widget state shows this view, but no kernel answers
+        return (_legend_html() + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
+                + f"<div style='font-size:85%;color:#555'>{html.escape(say(TEXT, 'rerun'))}</div>")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """The widget for a live frontend, plus static pictures for exports and viewers without widgets."""

@@ -1,0 +1,68 @@
+"""The learner's JupyterLab (course/jupyter-learner/, which `make course` adds to JUPYTER_CONFIG_PATH): no
+nbgrader Validate button, and widget state saved with the notebook so a reopened chapter shows its widgets."""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LEARNER = ROOT / "course" / "jupyter-learner"
+VALIDATE = "@jupyter/nbgrader:validate-assignment"
+WIDGETS = "@jupyter-widgets/jupyterlab-manager:plugin"
+
+
+LABEXTENSIONS = Path(sys.prefix) / "share" / "jupyter" / "labextensions"
+
+
+def _labextension_text(package: str) -> str:
+    static = LABEXTENSIONS / package
+    if not static.is_dir():
+        pytest.skip(f"{package} is not installed in this environment")
+    return "".join(p.read_text(encoding="utf-8", errors="replace") for p in static.rglob("*.js"))
+
+
+def test_the_learner_lab_disables_validate_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_server.config import get_static_page_config
+
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(LEARNER))
+    assert get_static_page_config(level="all")["disabledExtensions"] == {VALIDATE: True}
+    monkeypatch.delenv("JUPYTER_CONFIG_PATH")
+    assert VALIDATE not in get_static_page_config(level="all").get("disabledExtensions", {})  # the instructor's
+
+
+def test_the_disabled_plugin_is_nbgraders_validate_button() -> None:
+    # a renamed plugin would leave the button in place silently: the id must be one nbgrader's extension defines
+    assert f'id:"{VALIDATE}"' in _labextension_text("@jupyter/nbgrader")
+
+
+def test_the_learner_lab_saves_widget_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyterlab_server.settings_utils import _get_overrides
+
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(LEARNER))
+    overrides, error = _get_overrides(str(LEARNER / "no-app-settings"))
+    assert not error and overrides[WIDGETS] == {"saveState": True}
+    # the setting must exist in the installed widget manager, or the override does nothing
+    manager = "@jupyter-widgets/jupyterlab-manager"
+    schema = LABEXTENSIONS / manager / "schemas" / manager / "plugin.json"
+    if not schema.exists():
+        pytest.skip("the widget manager's lab extension is not installed")
+    assert "saveState" in json.loads(schema.read_text(encoding="utf-8"))["properties"]
+
+
+def test_the_stepper_says_to_rerun_its_cell_after_a_reopen() -> None:
+    # saved widget state shows the stepper's last view, but its controls need a kernel: the view says so
+    pytest.importorskip("ipywidgets")
+    from minialloc import viz
+    from minialloc.lang import using
+    from minialloc.viz.stepper import TEXT
+    from minialloc.workloads import canonical_scenario
+
+    stepper = viz.Stepper(canonical_scenario()[:4], "", capacity="8GiB")
+    for lang in ("en", "vi", "de"):
+        with using(lang):
+            assert html.escape(TEXT["rerun"][lang]) in stepper.widget().children[1].value
