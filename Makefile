@@ -62,7 +62,9 @@ course: $(COURSE_STAMP) labs/exchange
 	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || \
 	echo "PyTorch is not installed, so the chapters skip their \
 	PyTorch cells; to add it: $(BIN)/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
-	MINIALLOC_DEVICE=$${MINIALLOC_DEVICE:-sim} $(LAB) --LabApp.default_url=/lab/tree/course/00_start_here.ipynb
+	MINIALLOC_DEVICE=$${MINIALLOC_DEVICE:-sim} \
+	JUPYTER_CONFIG_PATH="$(CURDIR)/course/jupyter-learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	$(LAB) --LabApp.default_url=/lab/tree/course/00_start_here.ipynb
 
 # The instructor's first command: nbgrader's formgrader on the course directory labs/ (assignments, submissions,
 # the gradebook), in the same JupyterLab.
