@@ -1,4 +1,5 @@
-"""What the plots share: the palette, turning any input into a snapshot, units, the "nothing here" picture.
+"""What the plots share: the palette and how each kind of block is filled, turning any input into a snapshot,
+units, titles and axes, the figure itself (made, shown, encoded, discarded), the "nothing here" picture.
 
 matplotlib is imported here, not by `import minialloc`: the allocator must stay usable (and quick to import)
 on machines without it.
@@ -56,8 +57,6 @@ KIND_TEXT: dict[str, dict[str, str]] = {
 KINDS = tuple(COLORS)
 
 
-
-
 class _Labels(Mapping[str, str]):
     """LABELS: kind -> its legend text, in the language current when it is read."""
 
@@ -75,6 +74,21 @@ class _Labels(Mapping[str, str]):
 
 
 LABELS: Mapping[str, str] = _Labels()
+
+
+def kind_style(kind: str) -> dict[str, Any]:
+    """How a block of `kind` is filled wherever it is drawn (a block, a dense row, a legend entry): its colour,
+    and for unmapped pages the hatching and its edge colour, so they read as "no memory here" in greyscale too."""
+    if kind == "unmapped":
+        return {"facecolor": COLORS[kind], "edgecolor": UNMAPPED_EDGE, "hatch": UNMAPPED_HATCH}
+    return {"facecolor": COLORS[kind], "edgecolor": "none", "hatch": None}
+
+
+def kind_legend(kinds: set[str]) -> list[Any]:
+    """A legend entry for each kind of block in `kinds`, in the palette's order, named in the current language."""
+    from matplotlib.patches import Patch
+
+    return [Patch(label=LABELS[kind], **kind_style(kind)) for kind in KINDS if kind in kinds]
 
 
 class VizInputError(ValueError):
@@ -148,6 +162,17 @@ def short_size(n: float) -> str:
     return f"{number} {unit}"
 
 
+def titled(head: str, title: str | None) -> str:
+    """A plot's heading line (its numbers) under the caller's title, when there is one."""
+    return head if title is None else f"{title}\n{head}"
+
+
+def hide_spines(ax: Any, *sides: str) -> None:
+    """No frame on these sides of the axes: the bars and curves carry the picture."""
+    for side in sides:
+        ax.spines[side].set_visible(False)
+
+
 class VizFigure(Figure):
     """A Figure that IPython shows once. Whoever displays it first (the cell's result, or the inline
     backend's end-of-cell display of pyplot's figures) shows a PNG and takes it from pyplot, so the other
@@ -156,9 +181,7 @@ class VizFigure(Figure):
     def _ipython_display_(self) -> None:
         from IPython.display import Image, display
 
-        buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=100)
-        display(Image(buf.getvalue()))
+        display(Image(png_bytes(self, dpi=100)))
         discard(self)
 
 
@@ -183,6 +206,13 @@ def new_figure(width: float, height: float, *, publish: bool = True) -> Figure:
     if publish and _notebook_backend():
         return plt.figure(figsize=(width, height), FigureClass=VizFigure)
     return VizFigure(figsize=(width, height))
+
+
+def png_bytes(fig: Figure, dpi: float) -> bytes:
+    """The figure encoded as PNG, in memory (a notebook's display, a page's embedded picture, a stepper frame)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 
 def discard(fig: Figure) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..lang import say
-from ._common import VizInputError, discard, resolve
+from ._common import VizInputError, discard, png_bytes, resolve
 from .segment_map import plot_segment_map, plot_side_by_side
 from .timeline import plot_timeline
 
@@ -53,11 +52,7 @@ def save_plots(
     written: list[Path] = []
     figures = (("segment_map", plot_segment_map(src, max_rows=max_rows)), ("timeline", plot_timeline(src)))
     for name, fig in figures:
-        for fmt in formats:
-            path = out / f"{prefix}{name}.{fmt}"
-            fig.savefig(path, format=fmt, dpi=dpi)
-            written.append(path)
-        discard(fig)  # written to files, not shown: in a notebook the cell would show it as well
+        written += _write(fig, out / f"{prefix}{name}", formats, dpi)
     return written
 
 
@@ -77,23 +72,27 @@ def save_demo_plots(
     out.mkdir(parents=True, exist_ok=True)
     sources = [resolve(native), resolve(expandable)]  # one .snapshot() each, shared by every picture
     fig = plot_side_by_side(sources[0], sources[1], titles, title=say(TEXT, "demo_title"))
-    written = []
-    for fmt in formats:
-        path = out / f"side_by_side.{fmt}"
-        fig.savefig(path, format=fmt, dpi=110)
-        written.append(path)
-    discard(fig)
+    written = _write(fig, out / "side_by_side", formats, dpi=110)
     for src, prefix in zip(sources, ("native_", "expandable_"), strict=True):
         written += save_plots(src, out, formats=formats, prefix=prefix)
     return written
 
 
+def _write(fig: Figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+    """Write `fig` as stem.png, stem.svg, ... (one file a format) and discard it: written to files, not shown (in
+    a notebook the cell would show it as well). Returns the paths written."""
+    paths = [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
+    for path, fmt in zip(paths, formats, strict=True):
+        fig.savefig(path, format=fmt, dpi=dpi)
+    discard(fig)
+    return paths
+
+
 def figure_png(fig: Figure, dpi: int = 90) -> bytes:
     """The figure as PNG bytes; the figure is then discarded (see discard)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    png = png_bytes(fig, dpi)
     discard(fig)
-    return buf.getvalue()
+    return png
 
 
 def write_trace_plot_html(

@@ -22,24 +22,24 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Rectangle
 
 from ..sizes import MiB, format_size
 from ._common import (
-    COLORS,
     KINDS,
-    LABELS,
     MARK_COLOR,
     OOM_COLOR,
-    UNMAPPED_EDGE,
-    UNMAPPED_HATCH,
     VizInputError,
     choose_unit,
+    hide_spines,
+    kind_legend,
+    kind_style,
     new_figure,
     nothing_figure,
     resolve,
     say,
     short_size,
+    titled,
 )
 from ._rows import (
     Line,
@@ -206,9 +206,7 @@ def draw_segment_map(
         info.request_found = bool(targets)
         if not targets:
             stats += "\n" + say(TEXT, "request_missing", size=format_size(request))
-    if not compact:
-        stats = stats if title is None else f"{title}\n{stats}"
-    ax.set_title(title if compact else stats, fontsize=10, pad=12)
+    ax.set_title(title if compact else titled(stats, title), fontsize=10, pad=12)
     if not all_rows:
         ax.text(0.5, 0.5, say(TEXT, "nothing"), ha="center", va="center", fontsize=13, transform=ax.transAxes,
                 gid="nothing")
@@ -307,10 +305,10 @@ def draw_segment_map(
             if lo < hi or (p.size == 0 and lo == p.offset):
                 marks.append((y, x_of(line, lo), x_of(line, hi) - x_of(line, lo)))
     for kind, verts in dense.items():
-        if verts:
-            ax.add_collection(PolyCollection(verts, facecolors=COLORS[kind], edgecolors="none",
-                                             hatch=UNMAPPED_HATCH if kind == "unmapped" else None,
-                                             gid=f"dense-{kind}"))
+        if verts:  # no edges: a dense row's thousands of outlines would be all there is to see
+            style = kind_style(kind)
+            ax.add_collection(PolyCollection(verts, facecolors=style["facecolor"], edgecolors="none",
+                                             hatch=style["hatch"], gid=f"dense-{kind}"))
     if ticks:
         ax.add_collection(LineCollection(ticks, colors="white", linewidths=0.7, zorder=2, gid="block-ticks"))
 
@@ -340,16 +338,12 @@ def draw_segment_map(
     ax.set_xlim(0, xmax * 1.01)
     ax.set_xlabel(xlabel, fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    hide_spines(ax, "top", "right", "left")
     return info
 
 
 def _block_rect(x: float, y: float, w: float, h: float, kind: str) -> Rectangle:
-    if kind == "unmapped":
-        return Rectangle((x, y), w, h, facecolor=COLORS[kind], edgecolor=UNMAPPED_EDGE, hatch=UNMAPPED_HATCH,
-                         linewidth=0)
-    return Rectangle((x, y), w, h, facecolor=COLORS[kind], linewidth=0)
+    return Rectangle((x, y), w, h, linewidth=0, **kind_style(kind))
 
 
 def _draw_summary(ax: Axes, y: int, rest: list[Row], info: MapInfo) -> str:
@@ -423,12 +417,7 @@ def _label_largest(ax: Axes, mark: tuple[int, float, float, int, float]) -> None
 
 
 def legend_handles(kinds: set[str], largest: bool, request: bool = False) -> list[Any]:
-    handles: list[Any] = []
-    for kind in KINDS:
-        if kind in kinds:
-            hatch = UNMAPPED_HATCH if kind == "unmapped" else None
-            edge = UNMAPPED_EDGE if hatch else "none"
-            handles.append(Patch(facecolor=COLORS[kind], edgecolor=edge, hatch=hatch, label=LABELS[kind]))
+    handles = kind_legend(kinds)
     if largest:
         handles.append(Line2D([], [], color=MARK_COLOR, linewidth=1.8,
                               label=say(TEXT, "largest_outlined", largest=say(TEXT, "largest"))))
@@ -468,8 +457,10 @@ def fit_map_figure(fig: Figure, axes: list[Axes], infos: list[MapInfo], *, fixed
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
 
 
-def _new_map_figure(panels: int, title: str | None) -> Figure:
-    fig = new_figure(11.0 if panels == 1 else 16.0, 6.0)
+def map_figure(panels: int, title: str | None = None, *, height: float = 6.0, publish: bool = True) -> Figure:
+    """A figure for `panels` maps side by side (map_layout makes their axes; fit_map_figure sets the height a
+    plot needs, unless fixed), with `title` over all of them."""
+    fig = new_figure(11.0 if panels == 1 else 16.0, height, publish=publish)
     if title:
         fig.suptitle(title, fontsize=12, fontweight="bold")
     return fig
@@ -492,7 +483,7 @@ def plot_segment_map(
         if src.device_free is not None:
             detail += say(TEXT, "nothing_free", free=format_size(src.device_free))
         return nothing_figure(say(TEXT, "nothing"), detail)
-    fig = _new_map_figure(1, title)
+    fig = map_figure(1, title)
     (ax,) = map_layout(fig, 1)
     info = draw_segment_map(ax, src, max_rows=max_rows, scale=scale, wrap=wrap)
     fit_map_figure(fig, [ax], [info])
@@ -516,7 +507,7 @@ def plot_side_by_side(
     if titles is None:
         titles = (say(TEXT, "native"), say(TEXT, "expandable"))
     sources = [resolve(s, device_free=f) for s, f in zip((first, second), device_free, strict=True)]
-    fig = _new_map_figure(2, title)
+    fig = map_figure(2, title)
     axes = map_layout(fig, 2)
     shown = [select_rows(segment_rows(s.snapshot, s.reservations), max_rows)[0] for s in sources]
     extents = [[r.extent for r in rows] for rows in shown]

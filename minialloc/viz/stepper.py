@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,10 +21,10 @@ from matplotlib.figure import Figure
 
 from ..lang import say
 from ..sizes import format_size
-from ._common import COLORS, LABELS, UNMAPPED_EDGE, new_figure
+from ._common import COLORS, LABELS, UNMAPPED_EDGE, png_bytes
 from .replay import Replay
 from .segment_map import TEXT as MAP_TEXT  # the outline's name, as the segment map's legend says it
-from .segment_map import draw_segment_map, fit_map_figure, map_layout, plot_side_by_side
+from .segment_map import draw_segment_map, fit_map_figure, map_figure, map_layout, plot_side_by_side
 
 # Every word the stepper shows, in the course's three languages (minialloc.lang), chosen when it is drawn.
 TEXT: dict[str, dict[str, str]] = {
@@ -143,7 +142,7 @@ class Stepper:
         allocator = self.replay.goto(self.step)
         # a fresh figure each time: clearing and reusing one slows every draw (matplotlib's transform tree
         # keeps growing), and a new Figure costs about a millisecond
-        fig = new_figure(11, self._height, publish=publish)
+        fig = map_figure(1, height=self._height, publish=publish)
         (ax,) = map_layout(fig, 1)
         rows = min(self.max_rows, 8)
         if quick:
@@ -159,13 +158,12 @@ class Stepper:
 
     def frame_png(self, n: int | None = None, *, quick: bool = False, dpi: int | None = None) -> bytes:
         """The picture of step n as PNG bytes (see figure)."""
-        buf = io.BytesIO()
         fig = self._figure(n, quick, publish=False)  # encoded, not shown: pyplot must not see it
-        fig.savefig(buf, format="png", dpi=dpi or self.dpi)
+        png = png_bytes(fig, dpi or self.dpi)
         # clearing breaks the figure's reference cycles, so it is freed now rather than by a full garbage
         # collection a few frames later (a pause of 100 ms or more in the middle of playing)
         fig.clear()
-        return buf.getvalue()
+        return png
 
     def key_frames(self, limit: int = 3) -> list[int]:
         """Steps worth a static picture: the peak of reserved memory, the first OOM, the last step."""

@@ -39,10 +39,12 @@ from ._common import (
     RESERVED_COLOR,
     VizInputError,
     choose_unit,
+    hide_spines,
     new_figure,
     nothing_figure,
     resolve,
     say,
+    titled,
 )
 
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
@@ -342,15 +344,14 @@ def plot_timeline(
     ax.set_ylabel(say(TEXT, "memory", unit=unit_name), fontsize=9)
     ax.tick_params(labelsize=8)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    hide_spines(ax, "top", "right")
     head = say(TEXT, "head", allocated=format_size(int(tl.allocated.max())),
                reserved=format_size(int(tl.reserved.max())))
     if tl.ooms:
         head += say(TEXT, "head_ooms" if len(tl.ooms) > 1 else "head_oom", n=len(tl.ooms))
     if tl.capacity is not None and not on_scale:
         head += say(TEXT, "head_capacity", size=format_size(tl.capacity))
-    ax.set_title(head if title is None else f"{title}\n{head}", fontsize=10)
+    ax.set_title(titled(head, title), fontsize=10)
     if tl.note:
         fig.text(0.08, 0.015, tl.note, fontsize=8, color="#555555", gid="timeline-note")
     return fig

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 import shutil
 import stat
@@ -84,18 +85,64 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def package_dirs(names: Iterable[str]) -> list[Path]:
-    """Where the named top-level packages are imported from (an editable install points into the repository)."""
+# Run by the kernel's interpreter, with the kernel's PYTHONPATH, in an empty folder: where each named package is
+# imported from, as JSON. A dotted name's parents are searched, not imported (importing `quizzes` would run its
+# __init__ outside the sandbox for nothing); `find_spec` runs no package code.
+RESOLVER = """\
+import importlib.machinery, importlib.util, json, sys
+found = {}
+for name in sys.argv[1:]:
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    for part in rest:
+        places = spec and spec.submodule_search_locations
+        spec = places and importlib.machinery.PathFinder.find_spec(f"{spec.name}.{part}", list(places))
+    found[name] = spec and (list(spec.submodule_search_locations or ()) or [spec.origin])
+print(json.dumps(found))
+"""
+
+
+def package_dirs(names: Iterable[str], env: Mapping[str, str] | None = None) -> list[Path]:
+    """Where the student kernel imports the named packages from: asked of the kernel's interpreter with the
+    kernel's PYTHONPATH (`env`, the variables it inherits; the grader's by default), not of the grader's process.
+
+    The grader may run from a folder holding a copy of the project (its current folder is on its sys.path) while
+    the environment's editable install points at another checkout: the kernel imports the install's, so that is
+    the one to bind. The resolver runs in an empty folder: the kernel's own folder is the submission's copy, bound
+    read-write already, and student files must not be importable outside the sandbox. The kernel's home is the
+    sandbox's empty /tmp, so no user site-packages (PYTHONNOUSERSITE). A package the kernel cannot import at all
+    stops autograde with one line saying where the grader finds it instead.
+    """
+    names = list(names)
+    inherited = os.environ if env is None else env
+    kernel = {**{v: inherited[v] for v in PASS_ENV if v in inherited}, "PYTHONNOUSERSITE": "1"}
+    with tempfile.TemporaryDirectory(prefix="minialloc-resolve-") as empty:
+        done = subprocess.run([sys.executable, "-c", RESOLVER, *names], cwd=empty, env=kernel,
+                              capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"the sandbox could not ask {sys.executable} where it imports {names} from: {last}")
+    found: dict[str, list[str] | None] = json.loads(done.stdout)
     out = []
     for name in names:
-        spec = importlib.util.find_spec(name)
-        if spec is None:
-            raise ModuleNotFoundError(f"the sandbox should bind package {name!r}, which is not installed")
-        if spec.submodule_search_locations:
-            out += [Path(p) for p in spec.submodule_search_locations]
-        elif spec.origin:
-            out.append(Path(spec.origin))
+        if not found[name]:
+            raise ModuleNotFoundError(
+                f"the student kernel ({sys.executable}, PYTHONPATH={kernel.get('PYTHONPATH', '')!r}) cannot import "
+                f"{name!r}, {_grader_sees(name)}: install the project in this "
+                f"environment (pip install -e .) or put its folder on PYTHONPATH")
+        out += [Path(p) for p in found[name]]
     return out
+
+
+def _grader_sees(name: str) -> str:
+    """Where the grader's own process finds `name`, for the error message (the difference between the two)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return "which the grader cannot import either"
+    return "which the grader imports from " + ", ".join(spec.submodule_search_locations or [str(spec.origin)])
 
 
 # What a package folder may show the kernel when it is marked code-only (a course directory inside it: the graded
@@ -134,9 +181,12 @@ class Policy:
 
     @classmethod
     def default(cls, packages: Sequence[str] = ("minialloc",), extra_read_only: Sequence[str | Path] = (),
-                hidden: Sequence[str | Path] = (), code_only: Sequence[str | Path] = (), **limits: int) -> Policy:
+                hidden: Sequence[str | Path] = (), code_only: Sequence[str | Path] = (),
+                env: Mapping[str, str] | None = None, **limits: int) -> Policy:
+        """`env`: the environment the kernel inherits from (the grader's by default); its PYTHONPATH decides which
+        copy of each package the kernel imports, and so which is bound (`package_dirs`)."""
         trees = [Path(sys.base_prefix), Path(sys.base_exec_prefix), Path(sys.prefix), Path(sys.exec_prefix),
-                 _real(sys.executable).parent.parent, *package_dirs(packages), *map(Path, extra_read_only)]
+                 _real(sys.executable).parent.parent, *package_dirs(packages, env), *map(Path, extra_read_only)]
         trees = [_real(p) for p in trees]
         trees = [p for p in dict.fromkeys(trees) if p.exists()]
         # a tree inside another bound tree is bound already
@@ -308,8 +358,8 @@ class SandboxKernelManager(AsyncKernelManager):
     def ipykernel(self) -> bool:
         return True
 
-    def policy(self) -> Policy:
-        return Policy.default(self.packages, self.extra_read_only, self.hidden, self.code_only,
+    def policy(self, env: Mapping[str, str] | None = None) -> Policy:
+        return Policy.default(self.packages, self.extra_read_only, self.hidden, self.code_only, env=env,
                               memory_bytes=self.memory_bytes, max_processes=self.max_processes,
                               file_size_bytes=self.file_size_bytes)
 
@@ -366,8 +416,8 @@ class SandboxKernelManager(AsyncKernelManager):
         conn = self._scratch / "conn"
         # the copy is bound where the submission was, so the paths the notebook sees are the submission's own
         place = Path(os.path.abspath(self._workdir_source))
-        return self.policy().command(inner, workdir=place, rw={conn: conn, self._scratch / "work": place},
-                                     env=env, uid=self._uid)
+        return self.policy(env).command(inner, workdir=place, rw={conn: conn, self._scratch / "work": place},
+                                        env=env, uid=self._uid)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)
