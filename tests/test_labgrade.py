@@ -22,18 +22,17 @@ from quizzes.grader import copied, labspecs
 from quizzes.grader.labrun import STUB_MODULE, Step, grading_package, run_steps
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB1 = ROOT / "labs" / "source" / "lab1_best_fit" / "lab1_best_fit.ipynb"
 LABS = sorted(p.name for p in (ROOT / "labs" / "source").iterdir() if not p.name.endswith(("_vi", "_de")))
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
 def lab1_steps(rng: random.Random, replace: tuple[str, str] | None = None,
-               append: tuple[str, str] | None = None) -> list[Step]:
-    """Lab 1's program as LabGrade builds it, from the source notebook (the solution), one answer edited: a text
+               append: tuple[str, str] | None = None, lab: str = "lab1_best_fit") -> list[Step]:
+    """A lab's program as LabGrade builds it, from the source notebook (the solution), one answer edited: a text
     replaced, or code appended to the answer cell of a grade id."""
-    spec = labspecs.spec_for("lab1_best_fit")
+    spec = labspecs.spec_for(lab)
     steps = []
-    for cell in json.loads(LAB1.read_text())["cells"]:
+    for cell in json.loads((ROOT / "labs" / "source" / lab / f"{lab}.ipynb").read_text())["cells"]:
         meta = cell["metadata"].get("nbgrader")
         if cell["cell_type"] != "code" or not meta:
             continue
@@ -49,9 +48,9 @@ def lab1_steps(rng: random.Random, replace: tuple[str, str] | None = None,
     return steps
 
 
-def verdicts(steps: list[Step], **limits) -> dict[str, str | None]:
-    spec = labspecs.spec_for("lab1_best_fit")
-    run = run_steps(steps, labspecs.probes_source("lab1_best_fit"), **{
+def verdicts(steps: list[Step], lab: str = "lab1_best_fit", **limits) -> dict[str, str | None]:
+    spec = labspecs.spec_for(lab)
+    run = run_steps(steps, labspecs.probes_source(lab), **{
         "cell_timeout": 10, "grace": 2, "total_timeout": 120, **limits})
     out = {}
     for step, outcome in zip(steps, run.outcomes, strict=True):
@@ -112,6 +111,12 @@ def test_the_solution_passes_and_wrong_answers_fail_where_they_are_wrong():
     retries = verdicts(lab1_steps(rng, ("self.num_alloc_retries += 1", "self.num_alloc_retries += 2")))
     assert [k for k, v in retries.items() if v] == ["task4_retry_tests"]
     assert "num_alloc_retries 2, minialloc 1" in retries["task4_retry_tests"]
+
+
+@pytest.mark.parametrize("lab", labspecs.SCORED)
+def test_every_scored_labs_solution_passes_on_fresh_inputs(lab: str):
+    for seed in (1, 2):
+        assert set(verdicts(lab1_steps(random.Random(seed), lab=lab), lab=lab).values()) == {None}, (lab, seed)
 
 
 def test_an_object_equal_to_everything_is_no_answer():

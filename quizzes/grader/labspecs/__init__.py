@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SCORED = ("lab1_best_fit",)  # the labs whose scores come from the grader's process
+SCORED = ("lab1_best_fit", "lab2_fragmentation_oom")  # the labs whose scores come from the grader's process
 LANGUAGES = ("_vi", "_de")
 
 

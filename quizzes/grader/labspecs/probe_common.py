@@ -18,6 +18,8 @@ def plain(value, depth=0):
     if kind in (list, tuple) and depth < 6:
         items = [plain(v, depth + 1) for v in value[:20000]]
         return items if kind is list else {"!tuple": items}
+    if kind is dict and depth < 6:  # keys keep their types too (JSON's would all be strings)
+        return {"!dict": [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in list(value.items())[:20000]]}
     return {"!type": kind.__name__[:60]}
 
 
@@ -28,7 +30,13 @@ def call(fn, *args):
     except KeyboardInterrupt:
         raise
     except BaseException as error:
-        return {"!raised": type(error).__name__[:60], "memory": isinstance(error, MemoryError)}
+        return failure(error)
+
+
+def failure(error):
+    """What raised, as data: its type's name, and whether it is a MemoryError or a ValueError."""
+    return {"!raised": type(error).__name__[:60], "memory": isinstance(error, MemoryError),
+            "value": isinstance(error, ValueError)}
 
 
 def construct(cls, *args):
@@ -38,7 +46,7 @@ def construct(cls, *args):
     except KeyboardInterrupt:
         raise
     except BaseException as error:
-        return None, {"!raised": type(error).__name__[:60], "memory": isinstance(error, MemoryError)}
+        return None, failure(error)
 
 
 def raised(value):
