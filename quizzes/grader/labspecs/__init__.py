@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SCORED = ("lab1_best_fit", "lab2_fragmentation_oom")  # the labs whose scores come from the grader's process
+# the labs whose scores come from the grader's process
+SCORED = ("lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow")
 LANGUAGES = ("_vi", "_de")
 
 
