@@ -50,7 +50,7 @@ class LabGrade(NbGraderPreprocessor):
             return nb, resources
         seed = secrets.randbits(48)
         rng = random.Random(seed)
-        nb.metadata["grader_lab_seed"] = seed  # the draw, to grade this submission again alike
+        nb.metadata["grader_lab_seed"] = seed  # the draw, kept with the graded notebook for the record
         steps, answers, tests = self._program(nb, info, spec, rng)
         run = run_steps(steps, labspecs.probes_source(info["assignment"]), cell_timeout=self._timeout(),
                         grace=self._grace(), total_timeout=self.total_timeout, memory_bytes=self.memory_bytes,
