@@ -19,6 +19,7 @@ from nbgrader.converters.autograde import Autograde
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, OverwriteCells, SaveAutoGrades
 
 from quizzes.grader.intake import CheckedCollect, install
+from quizzes.grader.labgrade import LabGrade
 from quizzes.grader.preprocessors import (
     ErrorsFailTests,
     FlagForReview,
@@ -84,7 +85,7 @@ c.Autograde.sanitize_preprocessors = swap(
 c.Autograde.autograde_preprocessors = insert_around(
     insert_around(swap(Autograde.class_traits()["autograde_preprocessors"].default(), Execute, GuardedExecute),
                   GuardedExecute, before=[StripExecutionControl], after=[InertOutputs]),
-    SaveAutoGrades, before=[ErrorsFailTests], after=[FlagForReview])
+    SaveAutoGrades, before=[LabGrade, ErrorsFailTests], after=[FlagForReview])
 # the sandbox (quizzes/grader/sandbox.py): the kernel sees the system, Python, the virtual environment and the
 # packages below read-only, and a copy of the submission's folder; 3 GiB of address space, 128 processes and
 # threads (when autograde runs as root), files up to 256 MiB, messages to the grader up to 16 MiB
@@ -110,8 +111,12 @@ c.HTMLExporter.sanitize_html = True
 c.ScanForKeys.key_files = ["~/.minialloc-issuer/issuer-ed25519.pem"]
 
 # === Labs (labs/source/lab*) =====================================================================================
-# Nothing lab-specific is needed: each lab imports minialloc, which must be installed in the grading kernel's
-# environment (pip install -e . in the repository).
+# Each lab imports minialloc, which must be installed in the grading kernel's environment (pip install -e . in the
+# repository). The labs listed in quizzes/grader/labspecs are scored by LabGrade (above, before ErrorsFailTests):
+# their answer cells run again in a fresh sandboxed process on inputs chosen at grading time, and the grader's
+# process compares what they return with minialloc; the kernel's test cells are the student's feedback only.
+# Each cell and probe there gets Execute.timeout and GuardedExecute.interrupt_grace; the whole program:
+c.LabGrade.total_timeout = 600
 
 # === Graded quizzes ==============================================================================================
 # quizzes/graded/ is a course of its own with its own nbgrader_config.py (run nbgrader from there).

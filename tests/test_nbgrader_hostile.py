@@ -634,6 +634,123 @@ FOLDERS: dict[str, Callable[[Context, Path], None]] = {
 REFUSED = tuple(FOLDERS)  # submissions the grader must refuse without reading them
 
 
+# --- The published lab cheats (issue 22): each also answers some tasks honestly, and must score exactly those -------
+
+GC_REWRITE = '''\
+import gc as _gc
+
+# the kernel's shell, found through gc without naming it: every later cell becomes `pass`
+for _o in _gc.get_objects():
+    if type(_o).__name__.endswith("InteractiveShell"):
+        getattr(_o, "input_transformers_" + "post").append(lambda _lines: ["pass\\n"])
+'''
+
+LINECACHE_READ = '''\
+import linecache as _lc
+import re as _re
+import sys as _sys
+
+
+def _expected(_name, _arg):
+    """The value the calling test compares this call with, read from the test's own source (linecache)."""
+    _frame = _sys._getframe(2)
+    _source = "".join(_lc.getlines(_frame.f_code.co_filename))
+    for _call, _value in _re.findall(_name + r"\\(([^()]*)\\) == ([^ )\\n]+)", _source):
+        try:
+            if eval(_call, _frame.f_globals) == _arg:
+                return eval(_value, _frame.f_globals)
+        except Exception:
+            pass
+    return 0
+
+
+def round_size(size: int) -> int:
+    return _expected("round_size", size)
+
+
+def is_small(rounded: int) -> bool:
+    return _expected("is_small", rounded)
+
+
+def segment_size(rounded: int) -> int:
+    return _expected("segment_size", rounded)
+'''
+
+EXEC_ALLOCATOR = '''\
+import minialloc.allocator as _m
+
+# minialloc's allocator run again from its source under a file name of its own, so a check that looks for the
+# reference's files sees none of it
+_ns = {"__name__": "minialloc.my_allocator", "__package__": "minialloc"}
+exec(compile(open(_m.__file__).read(), "/tmp/my_allocator.py", "exec"), _ns)
+
+
+@dataclass(eq=False)
+class Block:
+    ptr: int
+    size: int
+    small: bool
+    allocated: bool = False
+    prev: "Block | None" = None
+    next: "Block | None" = None
+
+
+class BestFitAllocator:
+    def __init__(self, device: SimulatedGPU) -> None:
+        self.device = device
+        self._inner = _ns["CachingAllocator"](device, "")
+        self.pools: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
+        self.blocks: dict[int, Block] = {}
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._inner.memory_reserved()
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self._inner.memory_allocated()
+
+    def free_blocks(self) -> list[tuple[int, int]]:
+        return sorted((b["address"], b["size"]) for seg in self._inner.snapshot()["segments"]
+                      for b in seg["blocks"] if b["state"] == "inactive")
+
+    def malloc(self, size: int) -> int:
+        return self._inner.malloc(size)
+
+    def free(self, ptr: int) -> None:
+        self._inner.free(ptr)
+'''
+# the task groups each cheat answers honestly (the solution's code): its score must be exactly theirs
+HONEST = {"gc_rewrite": ("task1",), "linecache_read": ("task2",), "exec_allocator": ("task1", "task2")}
+
+
+def answered(ctx: Context, student: str, cheats: dict[str, str]) -> NotebookNode:
+    """The release with the honest groups' answers from the solution, and `cheats` (grade id -> code) appended."""
+    nb = copy.deepcopy(ctx.release)
+    solution = {meta(c)["grade_id"]: c.source for c in ctx.solution(student).cells if is_answer(c)}
+    for cell in nb.cells:
+        if not is_answer(cell):
+            continue
+        grade_id = meta(cell)["grade_id"]
+        if group(grade_id) in HONEST[student]:
+            cell.source = without_markers(solution[grade_id])
+        if grade_id in cheats:
+            cell.source = (cell.source + "\n\n" if group(grade_id) in HONEST[student] else "") + cheats[grade_id]
+    return nb
+
+
+def s_gc_rewrite(ctx: Context, student: str) -> NotebookNode:
+    return answered(ctx, student, {"task1_sizes": GC_REWRITE})
+
+
+def s_linecache_read(ctx: Context, student: str) -> NotebookNode:
+    return answered(ctx, student, {"task1_sizes": LINECACHE_READ})
+
+
+def s_exec_allocator(ctx: Context, student: str) -> NotebookNode:
+    return answered(ctx, student, {"task3_allocator": EXEC_ALLOCATOR})
+
+
 LAB_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
     "solution": s_solution, "release": s_release, "partial": s_partial, "hang": s_hang,
     "hang_sigint": s_hang_sigint, "os_exit": s_os_exit, "kill": s_kill, "sys_exit": s_sys_exit,
@@ -646,7 +763,8 @@ SANDBOX_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
     "copy_other": s_copy_other, "background": s_background, "fork_bomb": s_fork_bomb, "alloc_4g": s_alloc_4g,
     "network": s_network, "key_print": s_key_print, "inject": s_inject, "leak_tests": s_leak_tests,
     "links": s_links, "hardlink": s_links, "link_notebook": s_solution, "link_folder": s_solution,
-    "fifo": s_solution,
+    "fifo": s_solution, "gc_rewrite": s_gc_rewrite, "linecache_read": s_linecache_read,
+    "exec_allocator": s_exec_allocator,
 }
 LOOPING = ("hang", "hang_sigint", "fork_bomb")  # graded with HANG_TIMEOUT_S instead of the repository's 30 s
 REVIEWED = ("hang_sigint", "os_exit", "kill", "showtraceback", "displayhook", "transformer")  # must be flagged
@@ -1163,6 +1281,8 @@ def test_execution_control_tags_gain_nothing(results: Results, lab: str, student
         assert not any(c.metadata.get("tags") for c in graded.cells)
         assert graded.metadata.get("grader_stripped")
         assert not any("NotRun" in errors(c) for c in tests)
+    elif scored_by_grader(lab):  # the kernel skipped them (NotRun there); the grader's own checks scored them
+        assert set(graded.metadata["grader_kernel_tests"].values()) == {"failed (NotRun)"}, graded.metadata
     else:  # not stripped: nbclient skipped them, and a test cell that did not run fails
         assert all(errors(c) == ["NotRun"] for c in tests), [errors(c) for c in tests]
 
@@ -1326,13 +1446,41 @@ def test_test_cell_output_never_reaches_feedback(results: Results):
     assert results.score(SANDBOX, "leak_tests")[0] == results.total(SANDBOX), results.why(SANDBOX, "leak_tests")
     hidden = hidden_only_lines(results.source(SANDBOX))
     graded = "\n".join(text_of(c) for c in results.autograded(SANDBOX, "leak_tests").cells)
-    assert "LEAK" in graded and [line for line in hidden if line in graded]  # the attack worked in the kernel
+    if not scored_by_grader(LABS[0]):  # else the test cells' outputs are the grader's verdicts
+        assert "LEAK" in graded and [line for line in hidden if line in graded]  # the attack worked in the kernel
     later = text_of(results.autograded(SANDBOX, "leak_tests").cells[-1])
     assert [line for line in hidden if line in later]  # and a cell of its own, after the tests, printed them too
     text = html_text(results.feedback(SANDBOX, "leak_tests"))
     assert not [line for line in hidden if line in text]
     assert "does not show what a test cell printed" in text
     assert "this output quoted a hidden test" in text
+
+
+def scored_by_grader(lab: str) -> bool:
+    from quizzes.grader import labspecs
+
+    return labspecs.spec_for(lab) is not None
+
+
+@pytest.mark.parametrize("student", sorted(HONEST))
+def test_published_lab_cheats_score_only_their_honest_answers(results: Results, student: str):
+    """Issue 22's cheats: the shell found through gc rewrites later test cells to `pass`; a function reads the
+    calling test's source from linecache; minialloc's allocator source exec'd under another file name. Each also
+    answers some tasks honestly. The grader runs the answers again in a fresh sandbox on its own inputs: exactly
+    the honest tasks' points, and the submission is flagged for review."""
+    assert scored_by_grader(LABS[0])
+    record = results.student(SANDBOX, student)
+    expected = {gid: p if group(gid) in HONEST[student] else 0.0 for gid, p in points(results.source(SANDBOX)).items()}
+    assert 0 < sum(expected.values()) < results.total(SANDBOX)
+    assert record["cells"] == expected, results.why(SANDBOX, student)
+    assert record["needs_review"], results.why(SANDBOX, student)
+    graded = results.autograded(SANDBOX, student)
+    assert graded.metadata.get("grader_review"), graded.metadata
+    kernel = graded.metadata["grader_kernel_tests"]
+    if student == "gc_rewrite":  # the attack worked in the kernel: every test cell passed there
+        assert set(kernel.values()) == {"passed"}, kernel
+    if student == "exec_allocator":  # and so did this one, on the allocator's tests
+        assert all(v == "passed" for k, v in kernel.items() if k.startswith("task3_")), kernel
 
 
 # --- The graded quiz ------------------------------------------------------------------------------------------------

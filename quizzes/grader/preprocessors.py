@@ -336,7 +336,8 @@ class FlagForReview(NbGraderPreprocessor):
     """Flag a submission for manual review when student-written cells reach into IPython or the interpreter.
 
     Such code can rewrite the tests before they run (input transformers), run code around every cell (events),
-    or hide failures; inside the kernel nothing stops it. The scores stay as computed; every grade of the
+    or hide failures; inside the kernel nothing stops it. LabGrade adds its own reasons (answers that look delegated
+    to or copied from minialloc) through resources["grader_review"]. The scores stay as computed; every grade of the
     notebook is marked "needs manual grade" (the formgrader lists them) and the reasons go to the log and to the
     autograded notebook's metadata.
     """
@@ -349,7 +350,7 @@ class FlagForReview(NbGraderPreprocessor):
     ], help="Regular expressions; a match in a cell the student could edit flags the notebook.").tag(config=True)
 
     def preprocess(self, nb, resources):
-        reasons = []
+        reasons = list(resources.get("grader_review", []))  # LabGrade's: answers that look delegated or copied
         for cell in nb.cells:
             if cell.cell_type != "code" or nbgrader_utils.is_locked(cell):
                 continue

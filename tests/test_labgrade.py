@@ -1,0 +1,191 @@
+"""Lab answers scored as data (quizzes/grader/labgrade.py, labrun.py, labdriver.py, copied.py, labspecs/), piece by
+piece and fast: the grading copy of minialloc withholds the implementation, the sandboxed program keeps the
+kernel's per-cell semantics (timeouts, an ignored interrupt, a dead process) and the grader's limits, what the
+student's code writes on the channel cannot stand in for a probe, lab 1's checks tell right from wrong answers,
+and the copy check flags delegation and pasted code but none of the labs' solutions. The whole pipeline, with the
+published cheats, is in tests/test_nbgrader_hostile.py and tests/test_labs.py. bwrap must be installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quizzes.grader import copied, labspecs
+from quizzes.grader.labrun import STUB_MODULE, Step, grading_package, run_steps
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = sorted(p.name for p in (ROOT / "labs" / "source").iterdir() if not p.name.endswith(("_vi", "_de")))
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def lab1_steps(rng: random.Random, replace: tuple[str, str] | None = None,
+               append: tuple[str, str] | None = None, lab: str = "lab1_best_fit") -> list[Step]:
+    """A lab's program as LabGrade builds it, from the source notebook (the solution), one answer edited: a text
+    replaced, or code appended to the answer cell of a grade id."""
+    spec = labspecs.spec_for(lab)
+    steps = []
+    for cell in json.loads((ROOT / "labs" / "source" / lab / f"{lab}.ipynb").read_text())["cells"]:
+        meta = cell["metadata"].get("nbgrader")
+        if cell["cell_type"] != "code" or not meta:
+            continue
+        source = "".join(cell["source"])
+        if meta.get("grade") and not meta.get("solution"):
+            steps.append(Step(meta["grade_id"], probe=meta["grade_id"], args=spec.inputs(meta["grade_id"], rng)))
+        else:
+            if replace and meta.get("solution") and replace[0] in source:
+                source = source.replace(*replace)
+            if append and meta["grade_id"] == append[0]:
+                source += "\n\n" + append[1]
+            steps.append(Step(meta["grade_id"], source=source))
+    return steps
+
+
+def verdicts(steps: list[Step], lab: str = "lab1_best_fit", **limits) -> dict[str, str | None]:
+    spec = labspecs.spec_for(lab)
+    run = run_steps(steps, labspecs.probes_source(lab), **{
+        "cell_timeout": 10, "grace": 2, "total_timeout": 120, **limits})
+    out = {}
+    for step, outcome in zip(steps, run.outcomes, strict=True):
+        if not step.probe:
+            continue
+        if outcome.error is not None:
+            out[step.name] = outcome.error
+        elif not outcome.ran:
+            out[step.name] = "not run"
+        else:
+            out[step.name] = spec.check(step.name, step.args, outcome.result)
+    return out
+
+
+def test_the_grading_copy_withholds_the_implementation(tmp_path: Path):
+    folder = grading_package(tmp_path)
+    code = (
+        "import minialloc\n"
+        "from minialloc import CachingAllocator, MiB, SimulatedGPU\n"
+        "from minialloc.expandable import ExpandableSegment\n"
+        "from minialloc.paging import BlockManager\n"
+        "gpu = SimulatedGPU('1GiB')\n"
+        "print(gpu.malloc(2 * MiB) > 0)\n"
+        "for cls in (CachingAllocator, ExpandableSegment, BlockManager):\n"
+        "    try:\n"
+        "        cls(gpu)\n"
+        "    except minialloc._withheld.Withheld as e:\n"
+        "        print('WITHHELD', cls.__name__)\n"
+        "class Sub(CachingAllocator):\n"
+        "    pass\n"
+        "try:\n"
+        "    Sub(gpu)\n"
+        "except RuntimeError:\n"
+        "    print('WITHHELD Sub')\n"
+        "import os\n"
+        "print(sorted(os.listdir(os.path.dirname(minialloc.__file__))))\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(folder)!r})\n" + code],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "True"
+    assert lines[1:5] == ["WITHHELD CachingAllocator", "WITHHELD ExpandableSegment", "WITHHELD BlockManager",
+                          "WITHHELD Sub"]
+    # the stubs are there to import; the implementation's text is not
+    assert "allocator.py" in lines[5] and "blocks.py" in lines[5]
+    assert not [p for p in folder.rglob("*.py") if "class CachingAllocator" in p.read_text()
+                or "class ExpandableSegment" in p.read_text() or "class BlockManager" in p.read_text()]
+    assert (folder / "minialloc" / "allocator.py").read_text() == STUB_MODULE.format(dots=".")
+
+
+def test_the_solution_passes_and_wrong_answers_fail_where_they_are_wrong():
+    rng = random.Random(7)
+    assert set(verdicts(lab1_steps(rng)).values()) == {None}
+    wrong = verdicts(lab1_steps(rng, ("return rounded <= K_SMALL_SIZE\n", "return rounded < K_SMALL_SIZE\n")))
+    assert wrong["task1_sizes_tests"] == "is_small(1048576) returned False, expected True"
+    assert wrong["task2_best_fit_tests"] is None
+    assert all(wrong[k] for k in wrong if k.startswith(("task3_", "task4_")))
+    retries = verdicts(lab1_steps(rng, ("self.num_alloc_retries += 1", "self.num_alloc_retries += 2")))
+    assert [k for k, v in retries.items() if v] == ["task4_retry_tests"]
+    assert "num_alloc_retries 2, minialloc 1" in retries["task4_retry_tests"]
+
+
+@pytest.mark.parametrize("lab", labspecs.SCORED)
+def test_every_scored_labs_solution_passes_on_fresh_inputs(lab: str):
+    for seed in (1, 2):
+        assert set(verdicts(lab1_steps(random.Random(seed), lab=lab), lab=lab).values()) == {None}, (lab, seed)
+
+
+def test_an_object_equal_to_everything_is_no_answer():
+    anything = ("    return max(K_MIN_BLOCK_SIZE, -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE)\n",
+                "    class _Any(int):\n        def __eq__(self, other):\n            return True\n"
+                "        __hash__ = int.__hash__\n"
+                "    return _Any(max(K_MIN_BLOCK_SIZE, -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE))\n")
+    got = verdicts(lab1_steps(random.Random(1), anything))
+    assert got["task1_sizes_tests"] == "round_size(1) returned a _Any, expected 512"
+
+
+def test_cells_keep_the_kernels_timeout_semantics():
+    rng = random.Random(3)
+    # a loop after the answers is interrupted like a kernel cell: what the cell defined before it still scores
+    interrupted = verdicts(lab1_steps(rng, append=("task1_sizes", "while True:\n    pass\n")), cell_timeout=2)
+    assert set(interrupted.values()) == {None}
+    # a loop that ignores the interrupt ends the program: nothing after it runs
+    deaf = "import signal\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
+    assert set(verdicts(lab1_steps(rng, append=("task1_sizes", deaf)), cell_timeout=2).values()) == {"not run"}
+    # a process that leaves: the tests before it keep their results, the later ones did not run
+    dead = verdicts(lab1_steps(rng, append=("task2_best_fit", "import os\n\nos._exit(0)\n")))
+    assert dead["task1_sizes_tests"] is None and {v for k, v in dead.items() if k != "task1_sizes_tests"} == {"not run"}
+
+
+def test_the_channel_is_bounded_and_forged_lines_do_not_score():
+    rng = random.Random(5)
+    steps = lab1_steps(rng, ("### END SOLUTION\n\n\ndef is_small", (
+        "### END SOLUTION\n\n\nimport os as _os\nimport sys as _sys\n"
+        "for _fd in [int(_sys.argv[2])]:  # the driver's channel\n"
+        "    try:\n"
+        "        _os.write(_fd, b'{\"step\": 99, \"event\": \"end\", \"result\": []}\\nnot json\\n[1]\\n')\n"
+        "    except OSError:\n"
+        "        pass\n\n\ndef is_small")))
+    got = verdicts(steps)
+    assert set(got.values()) == {None}  # lines that are not the driver's are ignored; the real probes decide
+    flood = lab1_steps(rng, ("### END SOLUTION\n\n\ndef is_small", (
+        "### END SOLUTION\n\n\nimport os as _os\nimport sys as _sys\n"
+        "for _fd in [int(_sys.argv[2])]:\n"
+        "    try:\n"
+        "        _os.write(_fd, b'x' * 3_000_000)\n"
+        "    except OSError:\n"
+        "        pass\n\n\ndef is_small")))
+    flooded = verdicts(flood, max_bytes=1_000_000)
+    assert set(flooded.values()) == {"not run"}
+
+
+def test_the_copy_check_flags_delegation_and_pasted_code_but_no_solution():
+    for lab in LABS:
+        nb = json.loads((ROOT / "labs" / "source" / lab / f"{lab}.ipynb").read_text())
+        answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in nb["cells"]
+                   if c["metadata"].get("nbgrader", {}).get("solution")}
+        assert answers and copied.copied_work(answers) == [], lab
+    delegate = "class BestFitAllocator:\n    def __init__(self, d):\n        self.inner = CachingAllocator(d, '')\n"
+    assert copied.copied_work({"task3_allocator": delegate}) == [
+        "task3_allocator: uses CachingAllocator (minialloc's implementation)"]
+    hidden = "import importlib\nm = importlib.import_module('mini' + 'alloc.allocator')\n"
+    assert copied.copied_work({"a": hidden}) == ["a: imports importlib, which can run or read other code"]
+    # minialloc's own function pasted with every name changed
+    source = (ROOT / "minialloc" / "allocator.py").read_text()
+    function = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "free")
+    renamed = ast.unparse(function).replace("self", "me").replace("block", "piece").replace("def free", "def give")
+    found = copied.copied_work({"task3_allocator": renamed})
+    assert found and "give has the shape of minialloc's allocator.free" in found[0], found
+
+
+def test_every_scored_lab_has_a_check_for_each_graded_cell():
+    for lab in labspecs.SCORED:
+        nb = json.loads((ROOT / "labs" / "source" / lab / f"{lab}.ipynb").read_text())
+        graded = {c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"]
+                  if c["metadata"].get("nbgrader", {}).get("grade")}
+        assert graded == set(labspecs.spec_for(lab).GRADED), lab
+        assert labspecs.spec_for(f"{lab}_vi") is labspecs.spec_for(lab)
