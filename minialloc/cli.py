@@ -27,6 +27,7 @@ from .replay import (
     check_capacity,
     check_trace,
     check_trace_file,
+    load_trace_file,
     open_device_traces,
     read_trace,
     replay,
@@ -35,7 +36,7 @@ from .replay import (
     what_if_trace,
 )
 from .sizes import decimal_size_hint, format_size, parse_size, readable_size
-from .trace import DeviceTrace, TraceError, recorded_config
+from .trace import DeviceTrace, TraceError, devices, read_device_trace, recorded_config, why_not_replayable
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
 
 
@@ -253,17 +254,32 @@ def _one_line(e: BaseException) -> str:
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """minialloc diagnose FILE: exit 0 with a report, 2 for bad usage or an unreadable file."""
-    from .diagnose import diagnose, save_diagnosis_plots
+    from .diagnose import diagnose, diagnose_state, save_diagnosis_plots
 
     try:
         capacity = parse_size(args.capacity) if args.capacity else None
         check_capacity(capacity)
-        snap, traces = open_device_traces(args.file, args.device)
-        reports = [diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
-                            replay_rows=not args.no_replay) for t in traces]
+        snap = load_trace_file(args.file)
+        found = devices(snap)
+        if args.device is not None and args.device not in found:
+            raise TraceError(f"{args.file}: nothing recorded for device {args.device}; the file has devices "
+                             f"{', '.join(map(str, found)) or 'none'}")
+        if not found:
+            raise TraceError(f"{args.file}: the snapshot holds no segment and no trace: nothing to diagnose")
+        reports, traces = [], []
+        for device in found if args.device is None else [args.device]:
+            why = why_not_replayable(snap, device)
+            if why is not None:  # the state the file holds is still worth reading
+                reports.append(diagnose_state(snap, device, why))
+                continue
+            t = read_device_trace(snap, device, args.file)
+            traces.append(t)
+            reports.append(diagnose(t, snap, capacity=capacity, at=args.at,
+                                    configs=tuple(args.conf or DEFAULT_WHAT_IF), replay_rows=not args.no_replay))
         paths = []
         if args.plot:
-            for t, d in zip(traces, reports, strict=True):
+            for t in traces:
+                d = next(r for r in reports if r.device == t.device)
                 paths += save_diagnosis_plots(d, t, args.plot, recorded_config(snap))
     except StartStateDoesNotFit as e:  # an answer about the run, as replay gives it
         print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)

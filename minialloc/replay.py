@@ -42,6 +42,7 @@ from .trace import (
     EMPTY_CACHE,
     FREE,
     MALLOC,
+    NEXT_TIME,
     OOM,
     RETRY_RELEASE,
     DeviceTrace,
@@ -704,19 +705,20 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
 
 def open_device_traces(path: str | Path, device: int | None = None, from_empty: bool = False
                        ) -> tuple[dict, list[DeviceTrace]]:
-    """Read a snapshot file and each device's trace (or just `device`)."""
+    """Read a snapshot file and each replayable device's trace (or just `device`); TraceError with one line
+    (trace.why_not_replayable) when there is none: no trace, one too short, or an allocator minialloc does not
+    model."""
     from .trace import devices as snapshot_devices
+    from .trace import why_not_replayable
 
     snap = load_trace_file(path)
-    traces = snap.get("device_traces") or []
-    wanted = [d for d in snapshot_devices(snap) if d < len(traces) and traces[d]]
-    if device is not None:
-        if device not in wanted:
-            raise TraceError(f"{path}: no trace for device {device}; the file has traces for devices "
-                             f"{', '.join(map(str, wanted)) or 'none'}")
-        wanted = [device]
+    found = snapshot_devices(snap) if device is None else [device]
+    reasons = {d: why_not_replayable(snap, d) for d in found}
+    wanted = [d for d in found if reasons[d] is None]
     if not wanted:
-        raise TraceError(f"{path}: the snapshot has no trace: record one with "
-                         "torch.cuda.memory._record_memory_history() before the run")
+        if device is not None and device not in snapshot_devices(snap):
+            raise TraceError(f"{path}: nothing recorded for device {device}; the file has devices "
+                             f"{', '.join(map(str, snapshot_devices(snap))) or 'none'}")
+        reason = next((r for r in reasons.values() if r), f"no trace ({NEXT_TIME})")
+        raise TraceError(f"{path}: {reason}")
     return snap, [read_device_trace(snap, d, str(path), from_empty) for d in wanted]
-

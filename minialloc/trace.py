@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .config import AllocatorConfig, ConfigError
 from .sizes import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, MiB, readable_size
-from .snapshot import SnapshotError, load_snapshot
+from .snapshot import SnapshotError, load_snapshot, upgrade_snapshot
 
 MALLOC, FREE, EMPTY_CACHE, OOM, RETRY_RELEASE = 0, 1, 2, 3, 4
 _RELEASES = ("segment_free", "segment_unmap")
@@ -91,9 +91,12 @@ class DeviceTrace:
 
 # -- reading files ---------------------------------------------------------------------------------------------
 def read_snapshot(path: str | Path) -> dict:
-    """A snapshot pickle, or TraceError with a one-line reason naming the file."""
+    """A snapshot pickle, or TraceError with a one-line reason naming the file.
+
+    Every schema PyTorch has written since 2.0 is read (upgrade_snapshot), and the segments-only list of
+    torch.cuda.memory_snapshot() is read as a snapshot with no trace."""
     try:
-        return load_snapshot(path)
+        return upgrade_snapshot(load_snapshot(path, segment_list=True))
     except SnapshotError as e:
         raise TraceError(str(e)) from None
     except OSError as e:
@@ -114,7 +117,10 @@ def recorded_config(snapshot: dict) -> str:
     text, which may hold keys minialloc does not model."""
     s = snapshot.get("allocator_settings") or {}
     parts = []
-    if s.get("expandable_segments"):
+    # a snapshot written without allocator_settings (older PyTorch) still shows its expandable segments
+    expandable = any(seg.get("is_expandable") for seg in snapshot.get("segments", [])) or any(
+        e.get("action") in ("segment_map", "segment_unmap") for t in snapshot.get("device_traces") or [] for e in t)
+    if s.get("expandable_segments") or ("expandable_segments" not in s and expandable):
         parts.append("expandable_segments:True")
     mss = _max_split_size(snapshot)
     if mss is not None:
@@ -139,6 +145,57 @@ def _max_split_size(snapshot: dict) -> int | None:
     """allocator_settings' max_split_size, None when unset (PyTorch records SIZE_MAX, or -1, for no limit)."""
     mss = (snapshot.get("allocator_settings") or {}).get("max_split_size", -1)
     return mss if isinstance(mss, int) and 0 < mss < 2**63 else None
+
+
+# -- what can be replayed ----------------------------------------------------------------------------------------
+NEXT_TIME = ("next time call torch.cuda.memory._record_memory_history(max_entries=1000000) before the run and "
+             "torch.cuda.memory._dump_snapshot(FILE) at the OOM")
+
+
+def unmodelled_allocator(snapshot: dict) -> str | None:
+    """What wrote the snapshot, when it is an allocator minialloc does not model (None: CUDA's native one).
+
+    torch_npu (Ascend) writes PyTorch's schema from its own allocator, with another rounding (size + 32 rounded
+    to 512) and its own stream handles: its frames name torch_npu, and its settings PYTORCH_NPU_ALLOC_CONF."""
+    settings = snapshot.get("allocator_settings") or {}
+    conf = str(settings.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    if any("NPU" in str(k) for k in settings) or _frames_mention(snapshot, ("torch_npu", "c10_npu")):
+        return "an Ascend NPU snapshot (torch_npu): its allocator's rules differ from CUDA's"
+    if "cudaMallocAsync" in conf:
+        return "a cudaMallocAsync snapshot (backend:cudaMallocAsync): CUDA's own pool allocator, not the caching one"
+    return None
+
+
+def _frames_mention(snapshot: dict, words: tuple[str, ...], limit: int = 2000) -> bool:
+    """Whether a frame names one of `words`, among the first `limit` stacks (a foreign allocator shows at once)."""
+    stacks: list = []
+    for seg in snapshot.get("segments", []):
+        stacks.append(seg.get("frames") or ())
+        stacks += [b.get("frames") or () for b in seg["blocks"]]
+    for t in snapshot.get("device_traces") or []:
+        stacks += [e.get("frames") or () for e in t[:limit]]
+    for frames in stacks[:limit]:
+        for f in frames:
+            text = f"{f.get('filename', '')} {f.get('name', '')}"
+            if any(w in text for w in words):
+                return True
+    return False
+
+
+def why_not_replayable(snapshot: dict, device: int) -> str | None:
+    """One line on why device's trace cannot be replayed (None: it can): a foreign allocator, no trace, or a
+    trace with no allocation in it (PyTorch 2.0 kept one entry by default)."""
+    foreign = unmodelled_allocator(snapshot)
+    if foreign:
+        return f"{foreign}, so minialloc cannot replay it"
+    entries = _trace(snapshot, device)
+    if not entries:
+        return f"no trace for device {device} (history was not recorded), so no what-if is possible; {NEXT_TIME}"
+    if not any(e.get("action") in ("alloc", "oom") for e in entries):
+        n = len(entries)
+        return (f"the trace of device {device} holds {n} {'entry' if n == 1 else 'entries'} and no allocation "
+                f"(PyTorch 2.0 kept 1 entry by default), too short to replay; {NEXT_TIME}")
+    return None
 
 
 # -- operations ------------------------------------------------------------------------------------------------

@@ -362,3 +362,23 @@ def test_replay_table_json_and_header_read_right(tmp_path, capsys):
     assert main(["replay", str(path), "--check", "--json"]) == 0
     (dev,) = json.loads(capsys.readouterr().out)["devices"]
     assert dev["recorded_address"] is None and dev["reproduced_ooms"] == 1
+
+
+def test_after_a_divergence_a_trace_from_the_start_never_says_before_the_trace_began(tmp_path, capsys):
+    """Issue 24, item 6: labels follow from the file. A run traced from its first allocation has nothing from
+    before the trace; a block the replay put where the run had none is named for what it is."""
+    from minialloc import CachingAllocator, SimulatedGPU
+    from minialloc.diagnose import BEFORE_RECORDING, OFF_THE_RUN, diagnose
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("1GiB"), "roundup_power2_divisions:4")
+    a.record_memory_history()
+    keep = [a.malloc(1300 * 1024) for _ in range(3)]  # 1.5 MiB blocks under the run's rounding, 1.27 MiB natively
+    snap = a.snapshot()
+    snap["allocator_settings"] = dict(snap["allocator_settings"], roundup_power2_divisions={})  # not the run's
+    trace = read_device_trace(snap, 0)
+    assert trace.reserved_at_start == 0 and keep
+    d = diagnose(trace, snap, replay_rows=False)
+    assert d.diverged_at is not None
+    names = {h.frame for h in d.holders}
+    assert OFF_THE_RUN in names and BEFORE_RECORDING not in names

@@ -1,5 +1,6 @@
 """Replaying the snapshots users actually have: traces that start mid-run, several devices, expandable segments,
-OOMs. The five real PyTorch snapshots are in tests/fixtures/real_snapshots (see its README for their sources)."""
+OOMs. The real PyTorch snapshots are in tests/fixtures/real_snapshots (see its README for their sources): five that
+replay address-exact, and three of other kinds users have (PyTorch 2.0's format, a private pool, no trace)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,22 @@ from minialloc.trace import (
 )
 
 REAL = Path(__file__).parent / "fixtures" / "real_snapshots"
-FILES = sorted(REAL.glob("*.pickle"))
+ALL = sorted(REAL.glob("*.pickle"))
+# the ones whose every allocation replays at its recorded address
+FILES = [REAL / f"{name}.pickle" for name in (
+    "bolongcheng-xl-fwd-cl512-bf16-expandable", "hyperion-large-cl256-fw-with-grad-bf16", "magma27-assignment2-systems",
+    "wedsonlin-medium1024-inference", "wedsonlin-medium128-training")]
+FLEXGEN = REAL / "flexgen-opt1.3b-torch20.pickle"
+NO_TRACE = REAL / "zijiandu-attention-no-trace.pickle"
 
 
-def test_all_five_real_snapshots_are_here_with_their_license():
-    assert len(FILES) == 5
+def test_every_real_snapshot_is_here_with_its_license():
+    assert len(ALL) == 8 and set(FILES) <= set(ALL)
     assert "Copyright 2025 Stanford University" in (REAL / "LICENSE").read_text()
+    assert "Apache License" in (REAL / "LICENSE-APACHE-2.0").read_text()
     readme = (REAL / "README.md").read_text()
-    assert all(f.name in readme for f in FILES)
+    assert all(f.name in readme for f in ALL)
+    assert "Copyright 2023 - The FlexGen team" in readme
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -87,7 +96,8 @@ def test_a_corrupt_or_contradictory_snapshot_gets_one_line_naming_the_problem(tm
     untraced = tmp_path / "untraced.pickle"  # segments, but history was never switched on
     untraced.write_bytes(pickle.dumps(dict(snap, device_traces=[])))
     assert main(["replay", str(untraced)]) == 2
-    assert "has no trace: record one with torch.cuda.memory._record_memory_history()" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no trace for device 0" in err and "torch.cuda.memory._record_memory_history(" in err
 
 
 def test_cli_check_and_replay_on_a_real_file(capsys):
