@@ -458,73 +458,84 @@ def replay_trace(
     placing = place
     left_run = False  # a request the run served failed in this replay
     malloc, free = a.malloc, a.free
+    pool_of = trace.pool_of
+    # the run's private pools, held for the whole replay as the run held them (empty_cache leaves them alone)
+    mem_pools = {pool_id: a.replay_pool(pool_id) for pool_id in sorted(set(pool_of.values()))}
     for k, (kind, i, size, stream, addr, segs) in enumerate(ops):
         if until is not None and i >= until:
             break
-        if kind == MALLOC:
-            if placing and segs:
-                for seg in segs:
-                    if seg > 0:
-                        gpu.place_next(seg)
-                    elif gpu.reservation_at(-seg) is None:  # a new expandable segment, mapped from its start
-                        gpu.place_next_reservation(-seg)
-            try:
-                ptr = malloc(size, stream)
-            except OutOfMemoryError as e:
-                failed.add(addr)
-                left_run = True
-                _failed(result, trace, i, size, e, a)
-                continue
-            finally:
-                if place and segs:
-                    gpu.drop_placements()
-            live[addr] = ptr
-            if ptr != addr:
-                placing = False
-                # after a request failed here that the run served, the addresses differ for that reason alone
-                if place and result.diverged_at is None and not left_run:
-                    result.diverged_at = i
-            if check is not None:
-                check.allocations += 1
-                if ptr == addr:
-                    check.at_recorded_address += 1
-                elif check.first_divergence is None:
-                    check.first_divergence, check.recorded_address, check.replayed_address = i, addr, ptr
-                    check.request = size
-                    check.frames = user_frames(trace.entries[i].get("frames"))
-                    check.new_segment = not _recorded_memory(trace, ptr)
-                    near = range(max(0, i - 3), min(len(trace.entries), i + 2))
-                    check.context = [describe(trace.entries, j) for j in near]
-        elif kind == FREE:
-            ptr = live.pop(addr, None)
-            if ptr is None:
-                if addr in failed:
-                    failed.discard(addr)
-                elif not trace.from_empty:
-                    raise TraceError(f"device {trace.device}: trace entry {i} frees {addr:#x}, which is not live in "
-                                     "the replay (the rebuilt state at the first entry is inconsistent)")
-                else:
-                    result.skipped_frees += 1  # --from-empty: allocated before the trace began
-                continue
-            free(ptr)
-        elif kind == EMPTY_CACHE or kind == RETRY_RELEASE:
-            if placing and all(seg > 0 for seg in segs):
-                for seg in segs:  # exactly the segments the run gave back
-                    if not a.release_cached_segment(seg):
-                        placing = False  # not a whole free segment here: the replay has left the run
-                        a.empty_cache()
-                        break
-            elif kind == EMPTY_CACHE or placing:  # a mapped range: empty_cache unmaps every wholly free page
-                a.empty_cache()
-        elif kind == OOM:
-            if check is not None:
-                check.recorded_ooms += 1
-            try:
-                free(malloc(size, stream))  # fits here: nothing later in the trace used it
-            except OutOfMemoryError as e:
-                _failed(result, trace, i, size, e, a)
+        # an allocation the run made inside use_mem_pool (or a graph's capture) is made in that pool again
+        routed = a.use_mem_pool(mem_pools[pool_of[i]]) if pool_of and i in pool_of else None
+        if routed is not None:
+            routed.__enter__()
+        try:
+            if kind == MALLOC:
+                if placing and segs:
+                    for seg in segs:
+                        if seg > 0:
+                            gpu.place_next(seg)
+                        elif gpu.reservation_at(-seg) is None:  # a new expandable segment, mapped from its start
+                            gpu.place_next_reservation(-seg)
+                try:
+                    ptr = malloc(size, stream)
+                except OutOfMemoryError as e:
+                    failed.add(addr)
+                    left_run = True
+                    _failed(result, trace, i, size, e, a)
+                    continue
+                finally:
+                    if place and segs:
+                        gpu.drop_placements()
+                live[addr] = ptr
+                if ptr != addr:
+                    placing = False
+                    # after a request failed here that the run served, the addresses differ for that reason alone
+                    if place and result.diverged_at is None and not left_run:
+                        result.diverged_at = i
                 if check is not None:
-                    check.reproduced_ooms += 1
+                    check.allocations += 1
+                    if ptr == addr:
+                        check.at_recorded_address += 1
+                    elif check.first_divergence is None:
+                        check.first_divergence, check.recorded_address, check.replayed_address = i, addr, ptr
+                        check.request = size
+                        check.frames = user_frames(trace.entries[i].get("frames"))
+                        check.new_segment = not _recorded_memory(trace, ptr)
+                        near = range(max(0, i - 3), min(len(trace.entries), i + 2))
+                        check.context = [describe(trace.entries, j) for j in near]
+            elif kind == FREE:
+                ptr = live.pop(addr, None)
+                if ptr is None:
+                    if addr in failed:
+                        failed.discard(addr)
+                    elif not trace.from_empty:
+                        raise TraceError(f"device {trace.device}: trace entry {i} frees {addr:#x}, which is not live "
+                                         "in the replay (the rebuilt state at the first entry is inconsistent)")
+                    else:
+                        result.skipped_frees += 1  # --from-empty: allocated before the trace began
+                    continue
+                free(ptr)
+            elif kind == EMPTY_CACHE or kind == RETRY_RELEASE:
+                if placing and all(seg > 0 for seg in segs):
+                    for seg in segs:  # exactly the segments the run gave back
+                        if not a.release_cached_segment(seg):
+                            placing = False  # not a whole free segment here: the replay has left the run
+                            a.empty_cache()
+                            break
+                elif kind == EMPTY_CACHE or placing:  # a mapped range: empty_cache unmaps every wholly free page
+                    a.empty_cache()
+            elif kind == OOM:
+                if check is not None:
+                    check.recorded_ooms += 1
+                try:
+                    free(malloc(size, stream))  # fits here: nothing later in the trace used it
+                except OutOfMemoryError as e:
+                    _failed(result, trace, i, size, e, a)
+                    if check is not None:
+                        check.reproduced_ooms += 1
+        finally:
+            if routed is not None:
+                routed.__exit__(None, None, None)
         if keep_samples:
             samples.append((a.memory_allocated(), a.memory_reserved()))
         if bar is not None and k % 4096 == 0:

@@ -73,6 +73,8 @@ class DeviceTrace:
     # allocation there, or live at the end and never allocated in it) with their requested bytes
     recorded_reserved_at_start: int = 0
     recorded_live_at_start: tuple[int, int] = (0, 0)
+    # trace entry index -> private pool id, for the allocations (and oom requests) a private pool served
+    pool_of: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def live_at_start(self) -> dict[int, int]:
@@ -533,7 +535,52 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
     ops = device_ops(entries, _max_split_size(snapshot), empty_cache_entries(snapshot, device, entries))
     return DeviceTrace(device, entries, ops, start, at_start,
                        max([recorded_start, *reserved_after]), ooms, reserved_after, from_empty,
-                       recorded_start, live)
+                       recorded_start, live, _private_pool_entries(snapshot, device, entries))
+
+
+def _private_pool_entries(snapshot: dict, device: int, entries: Sequence[dict]) -> dict[int, tuple[int, int]]:
+    """Which private pool served each allocation (trace entry index -> segment_pool_id; the default pool's are
+    left out). A trace entry does not name its pool: the segment an allocation lands in does. Walking back from
+    the final segments, whose pool is known, each alloc is looked up in the segments that existed at its time.
+
+    A segment the trace frees is gone from the final state; it is taken to be the default pool's, since a private
+    pool gives nothing back while it is in use (release_cached_blocks frees only graph_pools_freeable), and every
+    pool in the final state was. (A pool deleted and emptied during the trace is not told apart: --check shows
+    where that matters.) An 'oom' entry has no address: it takes the pool of the allocation before it."""
+    final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device]
+    if all(tuple(s.get("segment_pool_id", (0, 0))) == (0, 0) for s in final):
+        return {}
+    pools = {s["address"]: (s["address"] + s["total_size"], tuple(s.get("segment_pool_id", (0, 0)))) for s in final}
+    starts = sorted(pools)
+    found: dict[int, tuple[int, int] | None] = {}
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        action = e.get("action")
+        if action == "segment_alloc" and e["addr"] in pools:
+            del pools[e["addr"]]
+            starts.remove(e["addr"])
+        elif action == "segment_free":
+            pools[e["addr"]] = (e["addr"] + int(e["size"]), (0, 0))
+            bisect.insort(starts, e["addr"])
+        elif action == "oom":
+            found[i] = None
+        elif action == "alloc":
+            k = bisect.bisect_right(starts, e["addr"]) - 1
+            if k >= 0 and e["addr"] < pools[starts[k]][0]:
+                found[i] = pools[starts[k]][1]
+            else:  # in an expandable segment's mapping: the final segment holding the address, if any
+                found[i] = next((tuple(s.get("segment_pool_id", (0, 0))) for s in final
+                                 if s["address"] <= e["addr"] < s["address"] + s["total_size"]), (0, 0))
+    out: dict[int, tuple[int, int]] = {}
+    before: tuple[int, int] = (0, 0)
+    for i in sorted(found):
+        pool_id = found[i]
+        if pool_id is None:
+            pool_id = before
+        before = pool_id
+        if pool_id != (0, 0):
+            out[i] = pool_id
+    return out
 
 
 def _live_before_trace(snapshot: dict, device: int, entries: Sequence[dict]) -> tuple[int, int]:

@@ -27,13 +27,14 @@ ALL = sorted(REAL.glob("*.pickle"))
 # the ones whose every allocation replays at its recorded address
 FILES = [REAL / f"{name}.pickle" for name in (
     "bolongcheng-xl-fwd-cl512-bf16-expandable", "hyperion-large-cl256-fw-with-grad-bf16", "magma27-assignment2-systems",
-    "wedsonlin-medium1024-inference", "wedsonlin-medium128-training")]
+    "wedsonlin-medium1024-inference", "wedsonlin-medium128-training", "slime-init-model-private-pool")]
+SINGLE_DEVICE = FILES[:5]  # device 0 traced, from mid-run
 FLEXGEN = REAL / "flexgen-opt1.3b-torch20.pickle"
 NO_TRACE = REAL / "zijiandu-attention-no-trace.pickle"
 
 
 def test_every_real_snapshot_is_here_with_its_license():
-    assert len(ALL) == 8 and set(FILES) <= set(ALL)
+    assert len(ALL) == 8 and set(FILES) <= set(ALL) and {FLEXGEN, NO_TRACE} <= set(ALL)
     assert "Copyright 2025 Stanford University" in (REAL / "LICENSE").read_text()
     assert "Apache License" in (REAL / "LICENSE-APACHE-2.0").read_text()
     readme = (REAL / "README.md").read_text()
@@ -44,20 +45,21 @@ def test_every_real_snapshot_is_here_with_its_license():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_replay_from_the_rebuilt_state_lands_every_allocation_at_its_recorded_address(path):
     snap = read_snapshot(path)
-    trace = read_device_trace(snap, 0, str(path))
+    (device,) = [d for d, t in enumerate(snap["device_traces"]) if t]  # the slime run traced device 3
+    trace = read_device_trace(snap, device, str(path))
     config = recorded_config(snap)
     check = check_trace(trace, config)
-    assert check.allocations == sum(e["action"] == "alloc" for e in snap["device_traces"][0])
+    assert check.allocations == sum(e["action"] == "alloc" for e in snap["device_traces"][device])
     assert check.at_recorded_address == check.allocations, check.summary()
     # the as-recorded row's peak reserved is the recorded run's, computed from the snapshot alone
     result, alloc = replay_trace(trace, config, at_recorded=True)
     assert result.peak_reserved == trace.recorded_peak_reserved
     assert result.ooms == 0
     # and the replay ends in the snapshot's own final state, block for block
-    final = [(s["address"], s["total_size"], [(b["address"], b["size"], b["state"]) for b in s["blocks"]])
-             for s in snap["segments"]]
-    replayed = [(s["address"], s["total_size"], [(b["address"], b["size"], b["state"]) for b in s["blocks"]])
-                for s in alloc.snapshot()["segments"]]
+    final = [(s["address"], s["total_size"], tuple(s.get("segment_pool_id", (0, 0))),
+              [(b["address"], b["size"], b["state"]) for b in s["blocks"]]) for s in snap["segments"]]
+    replayed = [(s["address"], s["total_size"], s["segment_pool_id"],
+                 [(b["address"], b["size"], b["state"]) for b in s["blocks"]]) for s in alloc.snapshot()["segments"]]
     assert replayed == final
     alloc.check_invariants()
 
@@ -256,7 +258,7 @@ def test_the_stepper_reads_and_replays_a_real_run_as_replay_does():
         == [(s["address"], [(b["address"], b["state"]) for b in s["blocks"]]) for s in snap["segments"]]
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SINGLE_DEVICE, ids=lambda p: p.stem)
 def test_the_timeline_starts_from_the_state_at_the_first_entry(path):
     pytest.importorskip("matplotlib")
     from minialloc.viz import timeline_data
