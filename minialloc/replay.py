@@ -553,8 +553,9 @@ def replay_trace(
 def unlimited_capacity(trace: DeviceTrace) -> int:
     """The simulated capacity that stands for "no limit". An expandable segment reserves address space for 1 1/8
     of the device, so where the recorded run had several, the device can be no bigger than lets their recorded
-    reservations sit side by side (the real device was no bigger either)."""
-    bases = sorted(s["address"] for s in trace.start_segments if s["is_expandable"])
+    reservations sit side by side (the real device was no bigger either): those at the first entry and those
+    first mapped inside the trace, which a replay must be able to place where the run had them."""
+    bases = list(trace.expandable_bases) or sorted(s["address"] for s in trace.start_segments if s["is_expandable"])
     room = min((b - a for a, b in zip(bases, bases[1:], strict=False)), default=UNLIMITED * 9 // 8)
     return min(UNLIMITED, (room - 10 * PAGE_SIZE) * 8 // 9 // PAGE_SIZE * PAGE_SIZE)  # 10 pages: one large page
 

@@ -75,6 +75,9 @@ class DeviceTrace:
     recorded_live_at_start: tuple[int, int] = (0, 0)
     # trace entry index -> private pool id, for the allocations (and oom requests) a private pool served
     pool_of: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # where each expandable reservation the run used begins (one per stream and pool), including those first
+    # mapped inside the trace: a replay's reservations must not cover them (replay.unlimited_capacity)
+    expandable_bases: tuple[int, ...] = ()
 
     @property
     def live_at_start(self) -> dict[int, int]:
@@ -535,7 +538,32 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
     ops = device_ops(entries, _max_split_size(snapshot), empty_cache_entries(snapshot, device, entries))
     return DeviceTrace(device, entries, ops, start, at_start,
                        max([recorded_start, *reserved_after]), ooms, reserved_after, from_empty,
-                       recorded_start, live, _private_pool_entries(snapshot, device, entries))
+                       recorded_start, live, _private_pool_entries(snapshot, device, entries),
+                       _expandable_bases(snapshot, device, entries, start))
+
+
+def _expandable_bases(snapshot: dict, device: int, entries: Sequence[dict], start: list[dict]) -> tuple[int, ...]:
+    """The lowest mapped address of each (stream, pool, segment type) that has expandable segments, at the first
+    entry, at the end, or mapped in between: where each of the run's reservations begins (PyTorch maps from a
+    reservation's start up, one reservation per stream and pool). A mapping the final state no longer holds is
+    put with its stream and the nearest group below it."""
+    final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device and s.get("is_expandable")]
+    ranges = [(s["address"], s["address"] + s["total_size"],
+               (s["stream"], tuple(s.get("segment_pool_id", (0, 0))), s.get("segment_type", "large")))
+              for s in final + [s for s in start if s["is_expandable"]]]
+    lowest: dict[tuple, int] = {}
+    for lo, _, key in ranges:
+        lowest[key] = min(lo, lowest.get(key, lo))
+    for e in entries:
+        if e.get("action") != "segment_map":
+            continue
+        addr = int(e["addr"])
+        key = next((k for lo, hi, k in ranges if lo <= addr < hi), None)
+        if key is None:  # unmapped again before the end
+            below = [(lo, k) for lo, _, k in ranges if lo <= addr and k[0] == int(e.get("stream", 0))]
+            key = max(below)[1] if below else ("unknown", addr)
+        lowest[key] = min(addr, lowest.get(key, addr))
+    return tuple(sorted(set(lowest.values())))
 
 
 def _private_pool_entries(snapshot: dict, device: int, entries: Sequence[dict]) -> dict[int, tuple[int, int]]:

@@ -282,3 +282,40 @@ def test_files_that_cannot_be_a_snapshot_are_named_for_what_they_are(tmp_path):
             load_trace_file(tmp_path / name)
         with pytest.raises(TraceError, match=words):
             read_trace(tmp_path / name)
+
+
+def expandable_run_traced_mid_run(capacity: str, oom: bool) -> dict:
+    """An expandable run whose history is switched on after its large pool was mapped: the small pools and stream
+    1's reservations are first mapped inside the trace (issue 24, item 3). With oom, the last request fails."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.oom import OutOfMemoryError
+
+    a = CachingAllocator(SimulatedGPU(capacity), "expandable_segments:True")
+    before = [a.malloc(n * MiB) for n in (40, 100, 30)]
+    a.record_memory_history()
+    xs = [a.malloc(500_000), a.malloc(50 * MiB, stream=1), a.malloc(3000, stream=1), a.malloc(64 * MiB)]
+    a.free(xs[0])
+    a.free(xs[1])
+    after = [a.malloc(700_000), a.malloc(60 * MiB, stream=1), a.malloc(20 * MiB)]
+    if oom:
+        with pytest.raises(OutOfMemoryError):
+            a.malloc(900 * MiB, stream=1)
+        after.append(a.malloc(2 * MiB, stream=1))  # the run goes on after the failure
+    assert before and after
+    return a.snapshot()
+
+
+@pytest.mark.parametrize(("capacity", "oom"), [("8GiB", False), ("600MiB", True)])
+def test_expandable_reservations_first_mapped_inside_the_trace_are_placed_where_the_run_had_them(capacity, oom):
+    from minialloc.replay import check_trace
+    from minialloc.trace import read_device_trace, recorded_config
+
+    snap = expandable_run_traced_mid_run(capacity, oom)
+    kinds = {(s["stream"], s["segment_type"]) for s in snap["segments"]}
+    assert kinds == {(0, "large"), (0, "small"), (1, "large"), (1, "small")}
+    trace = read_device_trace(snap, 0)
+    assert trace.reserved_at_start == 180 * 2**20  # only stream 0's large pool was mapped at the first entry
+    check = check_trace(trace, recorded_config(snap))
+    assert check.ok and check.at_recorded_address == check.allocations, check.summary()
+    assert check.recorded_ooms == check.reproduced_ooms == (1 if oom else 0)
+    assert (check.capacity is not None) == oom
