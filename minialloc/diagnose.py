@@ -151,9 +151,9 @@ class Diagnosis:
                f"{size(self.oom_largest_free_block)})"),
         ]
         for p in self.pools:
-            lines.append(f"  {p.pool} pool: {_count(p.segments, 'segment')}, reserved {size(p.reserved)}, allocated "
-                         f"{size(p.allocated)}, cached free {size(p.cached_free)}, largest free block "
-                         f"{size(p.largest_free_block)}, fragmentation {p.fragmentation:.0%}")
+            lines.append(f"  {p.pool} pool: {_count(p.segments, 'segment')}, {size(p.reserved)} reserved, "
+                         f"{size(p.cached_free)} cached free (largest {size(p.largest_free_block)}, "
+                         f"fragmentation {p.fragmentation:.0%})")
         lines += ["", "who holds the memory (live blocks by the top user frame that allocated them):"]
         for h in self.holders[:top]:
             lines.append(f"  {size(h.bytes):>11}  {_count(h.blocks, 'block'):>11}  {_count(h.segments, 'segment'):>12}"
