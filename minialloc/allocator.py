@@ -619,7 +619,9 @@ class CachingAllocator:
         blocks = pool.blocks
         i = blocks.bisect_left((stream, key_size))
         found_stream, _size, _ptr, found = blocks[i] if i < len(blocks) else (None, 0, 0, None)
-        if found is None or found_stream != stream or found.segment is not None:
+        # an oversize block is never split in PyTorch, so the one found is a whole segment; in a replay over a
+        # state rebuilt under other settings it may be part of one, which cannot go back alone
+        if found is None or found_stream != stream or found.segment is not None or found.is_split():
             # no single block is big enough: free oversize blocks from the largest down
             if i == 0:
                 return False

@@ -167,7 +167,7 @@ def run_replay(args: argparse.Namespace) -> int:
             if cap is None and t.capacity_at_oom() is not None:
                 cap, source = t.capacity_at_oom(), f"the oom at trace entry {t.oom_entries[0]}: reserved + device_free"
             rows = what_if_trace(t, recorded, args.conf or DEFAULT_WHAT_IF, cap, fit=not args.no_fit,
-                                 progress=progress)
+                                 progress=progress, relaid=False if args.keep_start else None)
             reports.append((t, cap, source, rows, verdict(rows, cap, t.reserved_at_start)))
     except StartStateDoesNotFit as e:  # an answer about the run (it needs more), not bad input
         print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
@@ -200,12 +200,22 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
               else "no capacity limit")
     print(f"{path}, device {t.device}: {len(t.entries)} trace entries")
     print(f"replayed from {start}")
-    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}\n")
-    widths = (max(36, *(len(r.label) for r in rows)), 12, 12, 6, 12, 12)  # a long label widens its column
+    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}")
+    if any(r.relaid for r in rows):
+        print("\n".join(textwrap.wrap(
+            f"rows marked re-laid start from the {len(t.live_at_start)} live blocks at the first entry only, each "
+            "allocated again under the row's setting, so they compare with each other (--keep-start keeps the "
+            "run's segments instead)", 110, break_on_hyphens=False)))
+    print()
+    # re-laid rows sit under their own heading, named by their config alone (the label says it in JSON and text)
+    names = [r.config if r.relaid else r.label for r in rows]
+    widths = (max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12)  # a long label widens its column
     print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
-    for r in rows:
+    for k, (r, name) in enumerate(zip(rows, names, strict=True)):
+        if r.relaid and not rows[k - 1].relaid:
+            print("re-laid from the live blocks at the first entry:")
         fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
-        print(_row((r.label, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
+        print(_row((name, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
                     "-" if r.fits_on is None else format_size(r.fits_on)), widths))
     for r in rows:
         if r.first_failure_entry is not None:
@@ -274,8 +284,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
                 continue
             t = read_device_trace(snap, device, args.file)
             traces.append(t)
-            reports.append(diagnose(t, snap, capacity=capacity, at=args.at,
-                                    configs=tuple(args.conf or DEFAULT_WHAT_IF), replay_rows=not args.no_replay))
+            reports.append(diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
+                                    replay_rows=not args.no_replay, relaid=False if args.keep_start else None))
         paths = []
         if args.plot:
             for t in traces:
@@ -373,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--check", action="store_true", help="replay under the recorded settings and compare every "
                      "allocation's address with the recorded one")
     rep.add_argument("--no-fit", action="store_true", help="skip the search for the smallest device each fits on")
+    rep.add_argument("--keep-start", action="store_true", help="what-if rows keep the run's segments at the first "
+                     "trace entry, as if the setting were switched on there (default for a trace that starts "
+                     "mid-run: re-lay its live blocks under each setting)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
 
     dia = command("diagnose", run_diagnose, "after an OOM: who holds the memory, what is pinned, what would help")
@@ -383,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     dia.add_argument("--capacity", help="simulated GPU size (default: from the trace's oom entry, else no limit)")
     dia.add_argument("--conf", action="append", help="configs for the verdict's replay; repeat it")
     dia.add_argument("--no-replay", action="store_true", help="skip the what-if replay and its verdict")
+    dia.add_argument("--keep-start", action="store_true", help="what-if rows keep the run's segments at the first "
+                     "trace entry instead of re-laying its live blocks")
     dia.add_argument("--plot", metavar="DIR", help="also write the segment map and timeline at that moment")
     dia.add_argument("--json", action="store_true", help="machine-readable output")
 

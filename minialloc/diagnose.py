@@ -215,7 +215,7 @@ def _moment(trace: DeviceTrace, result: ReplayResult, at: int | None) -> tuple[s
 
 def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None, at: int | None = None,
              configs: tuple[str, ...] = DEFAULT_WHAT_IF, replay_rows: bool = True,
-             pinned_free_fraction: float = 0.5) -> Diagnosis:
+             pinned_free_fraction: float = 0.5, relaid: bool | None = None) -> Diagnosis:
     """The report for one device (see the module docstring). capacity None: from an 'oom' entry, else none."""
     check_capacity(capacity)
     config = recorded_config(snapshot)
@@ -246,7 +246,7 @@ def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None,
 
     _read_state(d, a.snapshot()["segments"], name_of, pinned_free_fraction)
     if replay_rows:
-        d.rows = what_if_trace(trace, config, configs, capacity)
+        d.rows = what_if_trace(trace, config, configs, capacity, relaid=relaid)
         d.verdict = verdict(d.rows, capacity, trace.reserved_at_start)
     return d
 

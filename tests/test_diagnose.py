@@ -71,7 +71,9 @@ def test_diagnose_at_the_recorded_failure(tmp_path, capsys):
     assert d.largest_cached_free_block < d.request <= d.reserved - d.allocated + (d.capacity - d.reserved)
     assert d.unusable == d.reserved - d.allocated == 300 * MiB  # every cached piece is smaller than the request
     assert d.pinned == []  # each 150 MiB segment is two thirds live: fragmented, but not "mostly free"
-    assert d.verdict.startswith("expandable_segments:True saves this run")
+    # re-laid (the default mid-run), only expandable segments fit: native re-laid fails as the run did
+    assert [r.failed for r in d.rows] == [True, True, False]
+    assert d.verdict.startswith("expandable_segments:True, re-laid saves this run")
     assert d.rows[0].first_failure_entry == oom
     # no stacks were recorded: one holder says so, and the blocks made before recording are named as such
     assert {h.frame for h in d.holders} == {"(no stack recorded)", BEFORE_RECORDING}
@@ -185,7 +187,7 @@ def fragmented_run(late: bool) -> dict:
 def test_a_trace_started_just_before_a_fragmentation_oom_is_called_fragmentation():
     snap = fragmented_run(late=True)
     trace = read_device_trace(snap, 0)
-    rows = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False)
+    rows = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False, relaid=False)
     assert all(r.failed for r in rows)
     v = verdict(rows, trace.capacity_at_oom(), trace.reserved_at_start)
     assert "the cause is fragmentation" in v and "fit in 8.00 GiB" in v
@@ -196,6 +198,14 @@ def test_a_trace_started_just_before_a_fragmentation_oom_is_called_fragmentation
     ftrace = read_device_trace(full, 0)
     frows = what_if_trace(ftrace, "", ["expandable_segments:True"], ftrace.capacity_at_oom(), fit=False)
     assert verdict(frows, ftrace.capacity_at_oom()).startswith("expandable_segments:True saves this run")
+    # and the re-laid mode answers the question from the late trace alone (issue 24: a what-if mid-run)
+    relaid = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False)
+    assert [r.label for r in relaid] == ["as recorded (native)", "native, re-laid", "expandable_segments:True, re-laid"]
+    # packed again, the live blocks leave room under either setting: the OOM came from the layout before the trace
+    assert relaid[0].failed and not relaid[1].failed and not relaid[2].failed
+    v = verdict(relaid, trace.capacity_at_oom(), trace.reserved_at_start)
+    assert v.startswith("the recorded settings fail as recorded, but fit in 8.00 GiB once the live blocks")
+    assert "expandable_segments:True, re-laid too" in v
 
 
 def diverging_snapshot() -> dict:
@@ -309,7 +319,7 @@ def test_diagnose_text_says_cached_free_and_counts_in_words():
 def test_json_rows_name_the_failure_once():
     snap = oom_snapshot()
     trace = read_device_trace(snap, 0)
-    (row,) = what_if_trace(trace, "", [], trace.capacity_at_oom(), fit=False)
+    (row,) = what_if_trace(trace, "", [], trace.capacity_at_oom(), fit=False, relaid=False)
     d = row.as_dict()
     assert d["first_failure_entry"] == trace.oom_entries[0]
     assert "first_failure" not in d and "events" not in d and d["operations"] == len(trace.ops)
@@ -319,8 +329,9 @@ def test_json_rows_name_the_failure_once():
 def test_the_commands_exit_alike_on_the_same_answer(tmp_path, capsys):
     late = tmp_path / "late.pickle"
     late.write_bytes(pickle.dumps(fragmented_run(late=True)))
-    assert main(["replay", str(late), "--no-fit"]) == 1  # no setting tried saves it
-    assert main(["diagnose", str(late)]) == 1  # the same verdict, the same status
+    assert main(["replay", str(late), "--no-fit", "--keep-start"]) == 1  # no setting tried saves it
+    assert main(["diagnose", str(late), "--keep-start"]) == 1  # the same verdict, the same status
+    assert main(["replay", str(late), "--no-fit"]) == main(["diagnose", str(late)]) == 0  # re-laid: one does
     capsys.readouterr()
     for command in ("replay", "diagnose"):
         assert main([command, str(late), "--capacity", "0"]) == 2

@@ -284,7 +284,7 @@ def test_a_device_smaller_than_the_reserved_start_and_settings_that_do_not_match
     # the same trace under settings it was not recorded with: the replay leaves the run, and says so
     snap["allocator_settings"] = dict(snap["allocator_settings"], max_split_size=20 * MiB)
     trace = read_device_trace(snap, 0, str(path))
-    (row,) = what_if_trace(trace, "max_split_size_mb:20", [], fit=False)
+    (row,) = what_if_trace(trace, "max_split_size_mb:20", [], fit=False, relaid=False)
     assert row.diverged_at == 566 and row.peak_reserved > trace.recorded_peak_reserved
     assert verdict([row], None).startswith("warning: the replay under the recorded settings diverges from the run "
                                            "at trace entry 566")

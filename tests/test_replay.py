@@ -261,7 +261,7 @@ def test_the_expandable_rebuilt_state_under_another_setting_is_flagged():
     [a.malloc(50 * MiB) for _ in range(4)]
     snap = a.snapshot()
     trace = read_device_trace(snap, 0)
-    rows = what_if_trace(trace, recorded_config(snap), ["", "max_split_size_mb:256"], fit=False)
+    rows = what_if_trace(trace, recorded_config(snap), ["", "max_split_size_mb:256"], fit=False, relaid=False)
     assert rows[0].notes == [] and rows[1].notes and rows[2].notes
     v = verdict(rows, None)
     (note,) = [line for line in v.splitlines() if line.startswith("note:")]  # one line for both rows
@@ -319,3 +319,37 @@ def test_expandable_reservations_first_mapped_inside_the_trace_are_placed_where_
     assert check.ok and check.at_recorded_address == check.allocations, check.summary()
     assert check.recorded_ooms == check.reproduced_ooms == (1 if oom else 0)
     assert (check.capacity is not None) == oom
+
+
+def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_blocks(tmp_path, capsys):
+    """Issue 24: the what-if for a trace switched on mid-run. Each config's re-laid row starts from the live
+    blocks at the first entry only (same sizes, streams), placed by that config's policy."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.replay import replay_trace, what_if_trace
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("4GiB"), "")
+    kept = [a.malloc(n * MiB) for n in (30, 5, 7, 12)]
+    for p in kept[1::2]:
+        a.free(p)  # holes the run keeps cached: the state at the first entry is fragmented
+    a.record_memory_history()
+    later = [a.malloc(n * MiB) for n in (25, 3)]
+    a.free(kept[0])
+    snap = a.snapshot()
+    trace = read_device_trace(snap, 0)
+    rows = what_if_trace(trace, "", ["expandable_segments:True"], fit=False)
+    assert [r.label for r in rows] == ["as recorded (native)", "native, re-laid", "expandable_segments:True, re-laid"]
+    assert [r.relaid for r in rows] == [False, True, True]
+    # re-laid, the live blocks (30 and 7 MiB; the holes were free) need less than the run's segments held
+    assert rows[1].peak_reserved < rows[0].peak_reserved == trace.recorded_peak_reserved
+    _, relaid = replay_trace(trace, "", relaid=True, until=trace.ops[0][1])
+    assert relaid.memory_allocated() == sum(b["size"] for s in trace.start_segments for b in s["blocks"]
+                                            if b["state"] == "active_allocated")
+    assert what_if_trace(trace, "", ["expandable_segments:True"], fit=False, relaid=False)[1].label == \
+        "expandable_segments:True"
+    path = tmp_path / "mid.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    assert main(["replay", str(path), "--no-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "re-laid from the live blocks at the first entry:" in out and "rows marked re-laid start from the 2" in out
+    assert later
