@@ -266,6 +266,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
     """minialloc diagnose FILE: exit 0 with a report, 2 for bad usage or an unreadable file."""
     from .diagnose import diagnose, diagnose_state, save_diagnosis_plots
 
+    if len(args.files) > 1 or Path(args.files[0]).is_dir():
+        return _diagnose_ranks(args)
+    args.file = args.files[0]
     try:
         capacity = parse_size(args.capacity) if args.capacity else None
         check_capacity(capacity)
@@ -315,6 +318,30 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if paths:
         print(f"plots written to {args.plot}: " + ", ".join(p.name for p in paths))
     return status
+
+
+def _diagnose_ranks(args: argparse.Namespace) -> int:
+    """minialloc diagnose a.pickle b.pickle ... (or a folder): one table across ranks, from each file's state."""
+    from .ranks import rank_files, rank_states, rank_table, rank_verdict
+
+    try:
+        files = rank_files(args.files)
+        rows = rank_states(files)
+    except (TraceError, ValueError, OSError) as e:
+        print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
+        return 2
+    if args.device is not None:
+        rows = [r for r in rows if r.device == args.device]
+    verdict_text = rank_verdict(rows) if rows else f"no file holds segments on device {args.device}"
+    if args.json:
+        print(json.dumps({"files": [str(f) for f in files], "ranks": [r.as_dict() for r in rows],
+                          "verdict": verdict_text}, indent=2))
+        return 0
+    print(f"{len(files)} snapshots, {len(rows)} ranks (each file's own state, no replay)\n")
+    print(rank_table(rows) + "\n")
+    for line in verdict_text.splitlines():
+        print("\n  ".join(textwrap.wrap(line, 110, break_on_hyphens=False)))
+    return 0
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -389,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="machine-readable output")
 
     dia = command("diagnose", run_diagnose, "after an OOM: who holds the memory, what is pinned, what would help")
-    dia.add_argument("file", help="a snapshot pickle with a trace (torch.cuda.memory._dump_snapshot)")
+    dia.add_argument("files", nargs="+", metavar="FILE", help="a snapshot pickle (torch.cuda.memory._dump_snapshot); "
+                     "several, or a folder of them (one per rank), give one table across ranks")
     dia.add_argument("--device", type=int, help="only this device (default: every device in the file)")
     dia.add_argument("--at", type=int, metavar="ENTRY", help="the state before this trace entry (default: the "
                      "first failure, else the peak of reserved memory)")

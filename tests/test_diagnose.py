@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -393,3 +394,41 @@ def test_after_a_divergence_a_trace_from_the_start_never_says_before_the_trace_b
     assert d.diverged_at is not None
     names = {h.frame for h in d.holders}
     assert OFF_THE_RUN in names and BEFORE_RECORDING not in names
+
+
+def write_rank_snapshots(folder: Path) -> None:
+    """Three ranks of one job; rank 1 fragments its cache and then fails a request (an oom entry in its trace)."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.oom import OutOfMemoryError
+
+    for rank in range(3):
+        a = CachingAllocator(SimulatedGPU("2GiB"))
+        a.record_memory_history()
+        blocks = [a.malloc(3 * MiB) for _ in range(400)]  # six to a 20 MiB segment
+        if rank == 1:
+            for p in blocks[::2]:
+                a.free(p)  # 3 MiB holes in every segment: 600 MiB cached that no segment can give back
+            with pytest.raises(OutOfMemoryError):
+                a.malloc(1500 * MiB)
+        (folder / f"oom_rank{rank}.pickle").write_bytes(pickle.dumps(a.snapshot()))
+
+
+def test_several_ranks_give_one_table_that_names_the_rank_that_failed(tmp_path, capsys):
+    write_rank_snapshots(tmp_path)
+    files = [str(tmp_path / f"oom_rank{r}.pickle") for r in (2, 0, 1)]  # any order: sorted by rank
+    assert main(["diagnose", *files]) == 0
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines() if re.match(r"\s*\d+\s+\d+\s", line)]
+    assert [row[0] for row in table] == ["0", "1", "2"] and out.count("<- OOM") == 1
+    assert "rank 1 (device 0) failed; against the median of the 2 others:" in out
+    assert main(["diagnose", str(tmp_path), "--json"]) == 0  # a folder reads the same
+    report = json.loads(capsys.readouterr().out)
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert [r["failed"] for r in report["ranks"]] == [False, True, False]
+    failed, other = ranks[1], ranks[0]
+    assert failed["cached_free"] > other["cached_free"] and failed["largest_free_block"] < failed["cached_free"]
+    assert 0 < failed["fragmentation"] < 1 and report["verdict"].startswith("rank 1 (device 0) failed")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["diagnose", str(empty), str(tmp_path)]) == 2
+    assert "no .pickle file in it" in capsys.readouterr().err
