@@ -76,7 +76,11 @@ def test_the_real_torch20_snapshot_is_diagnosed_and_its_replay_refused_in_one_li
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["diagnose", path, "--json"]) == 0
     (d,) = json.loads(capsys.readouterr().out)["devices"]
-    total = sum(s["total_size"] for s in read_snapshot(path)["segments"])
+    snap = read_snapshot(path)
+    live = [b for s in snap["segments"] for b in s["blocks"] if b["state"] != "inactive"]
+    # the address each block gets (its segment's plus the sizes before it) is the one its history recorded
+    assert live and all(b["address"] == b["history"][-1]["addr"] for b in live)
+    total = sum(s["total_size"] for s in snap["segments"])
     assert d["moment"] == "snapshot" and d["reserved"] == total
     assert d["holders"][0]["frame"] == "allocate (pytorch_backend.py:195)" and d["holders"][0]["blocks"] == 778
 
@@ -135,6 +139,16 @@ def test_an_ascend_npu_snapshot_is_named_replay_refuses_and_diagnose_reads_it(tm
     assert main(["diagnose", path]) == 0
     out = capsys.readouterr().out
     assert "no replay: an Ascend NPU snapshot (torch_npu)" in out and "default large pool: 1 segment, 20.00 MiB" in out
+
+
+def test_a_cuda_malloc_async_snapshot_is_refused_in_one_line(tmp_path, capsys):
+    snap = npu_snapshot()
+    for e in snap["device_traces"][0]:
+        e.pop("frames")
+    snap["allocator_settings"]["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    assert main(["replay", write(tmp_path / "async.pickle", snap)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a cudaMallocAsync snapshot" in err
 
 
 def test_a_cuda_snapshot_is_not_taken_for_another_allocator():
