@@ -15,6 +15,10 @@ checked to land every allocation at its recorded address, rebuilds the allocator
   fragmentation looks like from the program's side (none of those segments can go back to the device);
 - the replay verdict (minialloc.replay.verdict).
 
+A snapshot whose trace cannot be replayed (none, one too short, another allocator's) is read as it is
+(diagnose_state): the same holders, pinned segments and per-pool figures, from the final state, and one line on
+why no what-if is possible and what to record next time.
+
 The replay is checked as it runs: when an allocation leaves its recorded address (the snapshot's settings, or
 the model, do not match the run), the report says so at its top, since its figures then describe another run.
 """

@@ -15,10 +15,13 @@ Recorded runs (replay_trace, what_if_trace, check_trace): a real trace starts mi
 starts from the state at the trace's first entry, rebuilt by minialloc.trace.state_at_trace_start at the
 recorded addresses, and runs the trace's operations (minialloc.trace.device_ops). Under the run's own settings
 every allocation should then land at its recorded address: check_trace counts them, which is what makes the
-what-if rows worth trusting. A what-if row starts from the same state, as if its setting had been switched on at
-the first trace entry. Without a capacity the simulated GPU is unlimited and the rows compare peak reserved
-memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free bytes) they show
-who runs out of memory, and where.
+what-if rows worth trusting. For a trace that starts mid-run, each what-if row (the recorded settings' too)
+starts from the live blocks at the first entry re-laid by its own policy (replay_trace's relaid), so the rows
+compare with each other; with relaid=False (`--keep-start`) a row starts from the run's segments as they were, as
+if its setting had been switched on at the first trace entry. bench/relaid_whatif.py measures how well re-laid
+rows predict a run made under their setting. Without a capacity the simulated GPU is unlimited and the rows
+compare peak reserved memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free
+bytes) they show who runs out of memory, and where.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
 (when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request

@@ -27,6 +27,12 @@ exactly releases just those segments (release_available_cached_blocks, with max_
 while a what-if replay calls empty_cache() for the one and leaves the other to its own malloc. segment_alloc and
 segment_map entries travel with the next malloc, so a replay at the recorded addresses can place a new segment (or
 a new expandable segment's reservation, whose first mapping is at its start) where the run got it.
+
+Every schema PyTorch has written since 2.0 is read (snapshot.upgrade_snapshot), and the segments-only list of
+torch.cuda.memory_snapshot() too. What cannot be replayed is said in one line (why_not_replayable): no trace, a
+trace with no allocation (PyTorch 2.0 kept one entry by default), or an allocator minialloc does not model
+(torch_npu's, cudaMallocAsync). Private pools (segment_pool_id other than (0, 0)) are found per allocation from the
+segment it landed in (DeviceTrace.pool_of), so a replay serves it from the same pool.
 """
 
 from __future__ import annotations
