@@ -20,7 +20,7 @@ from minialloc import CachingAllocator, MiB, SimulatedGPU
 from minialloc.oom import OutOfMemoryError
 from minialloc.replay import check_trace, replay_trace, smallest_capacity, what_if_trace
 from minialloc.timing import bench_parser
-from minialloc.trace import read_device_trace, read_snapshot, recorded_config
+from minialloc.trace import devices, read_device_trace, read_snapshot, recorded_config, why_not_replayable
 
 CONFIGS = ["expandable_segments:True", "max_split_size_mb:256", "max_split_size_mb:64"]
 REAL = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "real_snapshots"
@@ -86,11 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     for path in sorted(REAL.glob("*.pickle")):
         t = time.perf_counter()
         real = read_snapshot(path)
-        tr = read_device_trace(real, 0, str(path))
-        c = check_trace(tr, recorded_config(real))
-        what_if_trace(tr, recorded_config(real), CONFIGS, None, fit=False)
-        print(f"   {path.name:<52} {len(tr.entries):>6} entries  {c.at_recorded_address}/{c.allocations} at the "
-              f"recorded address  {time.perf_counter() - t:.2f} s")
+        for device in devices(real):
+            why = why_not_replayable(real, device)
+            if why is not None:  # no trace, one too short, or another allocator: nothing to time
+                print(f"   {path.name:<52} device {device}: not replayed ({why.split(',')[0]})")
+                continue
+            tr = read_device_trace(real, device, str(path))
+            c = check_trace(tr, recorded_config(real))
+            what_if_trace(tr, recorded_config(real), CONFIGS, None, fit=False)
+            print(f"   {path.name:<52} {len(tr.entries):>6} entries  {c.at_recorded_address}/{c.allocations} at "
+                  f"the recorded address  {time.perf_counter() - t:.2f} s")
     return 0
 
 

@@ -32,6 +32,10 @@ Why fragmentation kills programs: a segment can go back to the device only when 
 few live blocks scattered over many segments pin them all, and their free pieces are too small or on the wrong
 stream for the request at hand. empty_cache cannot help then; expandable segments (expandable.py) can.
 
+Private pools (mempool.py): alloc.mem_pool() and `with alloc.use_mem_pool(pool):` route a thread's allocations to
+a pool of their own (torch.cuda.MemPool, use_mem_pool, and what CUDA graphs use); empty_cache leaves a pool in use
+alone.
+
 Expandable segments (expandable_segments:True): instead of one device malloc per segment, one virtual range per
 (stream, pool) grows by mapping pages where a block needs them, and empty_cache unmaps every wholly free page.
 
@@ -67,6 +71,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .blocks import Block, BlockPool, InvalidPointerError, try_merge_blocks
 from .compaction import Buffer, DefragmentReport, defragment
@@ -75,6 +80,7 @@ from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment, reservation_pages
 from .extension import AllocatorExtension, E
+from .mempool import DEFAULT_POOL, MemPool, PoolId, PrivatePool
 from .oom import OOMReport, OutOfMemoryError
 from .sizes import (
     K_LARGE_BUFFER,
@@ -175,6 +181,11 @@ class CachingAllocator:
         self.stats = DeviceStats()
         self._small = BlockPool(is_small=True)
         self._large = BlockPool(is_small=False)
+        # private pools by id, and the pool each thread allocates from while inside use_mem_pool (a stack per
+        # thread); both empty on the default path, which then tests one empty dict
+        self._private: dict[PoolId, PrivatePool] = {}
+        self._routing: dict[int, list[PoolId]] = {}
+        self._next_mempool_id = 1  # MemPool ids are (0, 1), (0, 2), ... as PyTorch's uid_ counter hands them out
         self._active: dict[int, Block] = {}  # ptr -> block, allocated or waiting on events (active_blocks)
         self._events: dict[int, deque[tuple[StreamEvent, Block]]] = {}  # stream -> outstanding events (cuda_events)
         self._expandable_segments: list[ExpandableSegment] = []
@@ -316,7 +327,11 @@ class CachingAllocator:
             if self._events:
                 self._process_events()
             size = round_size(size, self.config.roundup_divisions_for(size) if self._any_divisions else 0)
-            pool = self._small if size <= K_SMALL_SIZE else self._large
+            if self._routing and threading.get_ident() in self._routing:  # inside use_mem_pool (get_pool)
+                private = self._private[self._routing[threading.get_ident()][-1]]
+                pool = private.small if size <= K_SMALL_SIZE else private.large
+            else:
+                pool = self._small if size <= K_SMALL_SIZE else self._large
             alloc_size = get_allocation_size(size, self._large_segment_size)
 
             block = self._get_free_block(pool, size, stream)
@@ -604,7 +619,9 @@ class CachingAllocator:
         blocks = pool.blocks
         i = blocks.bisect_left((stream, key_size))
         found_stream, _size, _ptr, found = blocks[i] if i < len(blocks) else (None, 0, 0, None)
-        if found is None or found_stream != stream or found.segment is not None:
+        # an oversize block is never split in PyTorch, so the one found is a whole segment; in a replay over a
+        # state rebuilt under other settings it may be part of one, which cannot go back alone
+        if found is None or found_stream != stream or found.segment is not None or found.is_split():
             # no single block is big enough: free oversize blocks from the largest down
             if i == 0:
                 return False
@@ -623,11 +640,73 @@ class CachingAllocator:
         return True
 
     def _release_cached_blocks(self) -> bool:
-        """release_cached_blocks: wait for pending frees, then return every unsplit cached block (empty_cache)."""
+        """release_cached_blocks: wait for pending frees, then return every unsplit cached block (empty_cache) of
+        the default pools and of the private pools nobody uses any more (graph_pools_freeable); a pool with no
+        segment left is then forgotten."""
         self._synchronize_and_free_events()
         self._release_blocks(self._large)
         self._release_blocks(self._small)
+        for pool_id, private in list(self._private.items()):
+            if private.use_count == 0:
+                self._release_blocks(private.large)
+                self._release_blocks(private.small)
+                holds_memory = any(p.blocks or p.unmapped for p in (private.small, private.large))
+                if not holds_memory and all(b.pool.pool_id != pool_id for b in self._active.values()):
+                    del self._private[pool_id]
         return True
+
+    # -- private pools (mempool.py) ------------------------------------------------------------------------------
+    def mem_pool(self) -> MemPool:
+        """A new private pool (torch.cuda.MemPool()): ids (0, 1), (0, 2), ... in creation order."""
+        with self._lock:
+            pool_id = (0, self._next_mempool_id)
+            self._next_mempool_id += 1
+            return MemPool(self, pool_id)
+
+    @contextmanager
+    def use_mem_pool(self, pool: MemPool) -> Iterator[MemPool]:
+        """torch.cuda.use_mem_pool(pool): this thread's allocations come from `pool` inside the block
+        (beginAllocateToPool / endAllocateToPool; the context holds one use of the pool, releasePool drops it)."""
+        if not isinstance(pool, MemPool) or pool._allocator is not self:
+            raise ValueError(f"use_mem_pool needs a MemPool of this allocator (alloc.mem_pool()), got {pool!r}")
+        thread = threading.get_ident()
+        with self._lock:
+            self._incref_pool(pool.id)
+            self._routing.setdefault(thread, []).append(pool.id)
+        try:
+            yield pool
+        finally:
+            with self._lock:
+                stack = self._routing[thread]
+                stack.pop()
+                if not stack:
+                    del self._routing[thread]
+                self._decref_pool(pool.id)
+
+    def _incref_pool(self, pool_id: PoolId) -> None:
+        """create_or_incref_pool."""
+        if pool_id == DEFAULT_POOL:
+            raise ValueError("(0, 0) is the default pool's id, not a private pool's")
+        with self._lock:
+            self._private.setdefault(pool_id, PrivatePool(pool_id)).use_count += 1
+
+    def _decref_pool(self, pool_id: PoolId) -> None:
+        """releasePool: at use_count 0 the pool's cached blocks go back at the next release_cached_blocks."""
+        with self._lock:
+            private = self._private.get(pool_id)
+            if private is not None and private.use_count > 0:
+                private.use_count -= 1
+
+    def _pool_use_count(self, pool_id: PoolId) -> int:
+        private = self._private.get(pool_id)
+        return 0 if private is None else private.use_count
+
+    def _block_pools(self) -> list[BlockPool]:
+        """Every block pool: the default small and large ones, then each private pool's."""
+        out = [self._small, self._large]
+        for private in self._private.values():
+            out += [private.small, private.large]
+        return out
 
     def _release_blocks(self, pool: BlockPool) -> None:
         to_unmap = []
@@ -799,7 +878,7 @@ class CachingAllocator:
 
     # -- out of memory and bad pointers --------------------------------------------------------------------------
     def _largest_cached_block(self) -> int:
-        return max(self._small.largest_free_size(), self._large.largest_free_size())
+        return max(p.largest_free_size() for p in self._block_pools())
 
     def _out_of_memory(self, orig_size: int, size: int, alloc_size: int, stream: int) -> OutOfMemoryError:
         device_free, total = self.device.mem_get_info()
@@ -1015,8 +1094,8 @@ class CachingAllocator:
 
     def _all_blocks(self) -> Iterator[Block]:
         """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
-        yield from self._small.free_blocks()
-        yield from self._large.free_blocks()
+        for pool in self._block_pools():
+            yield from pool.free_blocks()
         yield from self._active.values()
 
     def snapshot(self) -> dict:
@@ -1032,8 +1111,9 @@ class CachingAllocator:
                 seg = {
                     "device": device_index, "address": head.ptr, "total_size": 0, "allocated_size": 0,
                     "active_size": 0, "requested_size": 0, "stream": head.stream,
-                    "segment_type": "small" if head.pool.is_small else "large", "segment_pool_id": (0, 0),
-                    "is_expandable": head.segment is not None, "frames": [], "blocks": blocks,
+                    "segment_type": "small" if head.pool.is_small else "large",
+                    "segment_pool_id": head.pool.pool_id, "is_expandable": head.segment is not None, "frames": [],
+                    "blocks": blocks,
                 }
                 b: Block | None = head
                 while b is not None and b.mapped:
@@ -1083,11 +1163,13 @@ class CachingAllocator:
             ordinary = [s for s in segments if not s.get("is_expandable")]
             for seg in sorted(ordinary, key=lambda s: s["address"]):
                 self._restore_ordinary(seg)
-            ranges: dict[tuple[int, bool], list[dict]] = {}
+            ranges: dict[tuple[int, bool, PoolId], list[dict]] = {}
             for seg in segments:
                 if seg.get("is_expandable"):
-                    ranges.setdefault((seg["stream"], seg.get("segment_type") == "small"), []).append(seg)
-            for (stream, small), group in sorted(ranges.items()):
+                    key = (seg["stream"], seg.get("segment_type") == "small",
+                           tuple(seg.get("segment_pool_id", DEFAULT_POOL)))
+                    ranges.setdefault(key, []).append(seg)
+            for (stream, small, _pool_id), group in sorted(ranges.items()):
                 self._restore_expandable(stream, small, sorted(group, key=lambda s: s["address"]))
             self.stats.reset_peak()
 
@@ -1128,9 +1210,27 @@ class CachingAllocator:
         self.stats.increase("reserved_bytes", small, seg["total_size"])
         return prev
 
+    def _restore_pools(self, seg: dict) -> tuple[BlockPool, BlockPool]:
+        """(small, large) of the segment's pool; a private one is made, held by the run, if it is new."""
+        pool_id = tuple(seg.get("segment_pool_id", DEFAULT_POOL))
+        return (self._small, self._large) if pool_id == DEFAULT_POOL else self.held_pool(pool_id)
+
+    def held_pool(self, pool_id: PoolId) -> tuple[BlockPool, BlockPool]:
+        """The private pool with this id as (small, large), made if new and held for good (a recorded run's
+        pool, whose handle a replay does not have: empty_cache never frees it)."""
+        if pool_id not in self._private:
+            self._incref_pool(pool_id)
+        private = self._private[pool_id]
+        return private.small, private.large
+
+    def replay_pool(self, pool_id: PoolId) -> MemPool:
+        """A MemPool handle on the recorded run's pool `pool_id` (held_pool), to replay its allocations in it."""
+        self.held_pool(pool_id)
+        return MemPool(self, pool_id)
+
     def _restore_ordinary(self, seg: dict) -> None:
         small = seg.get("segment_type") == "small"
-        pool = self._small if small else self._large
+        pool = self._restore_pools(seg)[0 if small else 1]
         self.device.place_next(seg["address"])
         try:
             self.device.malloc(seg["total_size"])
@@ -1160,7 +1260,7 @@ class CachingAllocator:
         return reservation_pages(self.device.total_memory, page) * page  # as ExpandableSegment reserves
 
     def _restore_reservation(self, stream: int, small: bool, ranges: list[dict]) -> None:
-        pool = self._small if small else self._large
+        pool = self._restore_pools(ranges[0])[0 if small else 1]
         self.device.place_next_reservation(ranges[0]["address"])
         segment = ExpandableSegment(self.device, stream, self._expandable_page_size(small))
         self._expandable_segments.append(segment)
@@ -1192,7 +1292,7 @@ class CachingAllocator:
         """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A
         replay following a recorded run releases exactly the segments the run released."""
         with self._lock:
-            for pool in (self._large, self._small):
+            for pool in self._block_pools():
                 for b in pool.free_blocks():
                     if b.ptr == ptr and b.segment is None and not b.is_split():
                         self._release_block(b)
@@ -1214,7 +1314,7 @@ class CachingAllocator:
 def _check_allocator_invariants(a: CachingAllocator) -> None:
     heads: list[Block] = []
     seen: set[int] = set()
-    for pool in (a._small, a._large):
+    for pool in a._block_pools():
         for key in pool.blocks:
             _stream, _size, _ptr, b = key
             assert b.mapped and not b.allocated and b.pool is pool and key == b.key, f"bad pool entry {b}"
@@ -1225,7 +1325,7 @@ def _check_allocator_invariants(a: CachingAllocator) -> None:
     for b in every:
         seen.add(id(b))
     starts = [b for b in every if b.prev is None]
-    starts += [b for pool in (a._small, a._large) for b in pool.unmapped_blocks() if b.prev is None]
+    starts += [b for pool in a._block_pools() for b in pool.unmapped_blocks() if b.prev is None]
     for head in starts:
         heads.append(head)
     reserved = allocated = active = active_bytes = requested = 0

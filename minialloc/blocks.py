@@ -85,8 +85,9 @@ class Block:
 class BlockPool:
     """Free blocks of one size class, ordered by (stream, size, address) for best fit (BlockComparatorSize)."""
 
-    def __init__(self, is_small: bool) -> None:
+    def __init__(self, is_small: bool, pool_id: tuple[int, int] = (0, 0)) -> None:
         self.is_small = is_small
+        self.pool_id = pool_id  # (0, 0): the default pools; else a private pool's (mempool.py)
         self.blocks: SortedList = SortedList()  # (stream, size, ptr, block)
         self.unmapped: SortedList = SortedList()  # (stream, ptr, block), expandable segments only
         self.get_free_blocks_call_count = 0  # the clock garbage collection measures block age with

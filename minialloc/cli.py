@@ -27,6 +27,7 @@ from .replay import (
     check_capacity,
     check_trace,
     check_trace_file,
+    load_trace_file,
     open_device_traces,
     read_trace,
     replay,
@@ -35,7 +36,7 @@ from .replay import (
     what_if_trace,
 )
 from .sizes import decimal_size_hint, format_size, parse_size, readable_size
-from .trace import DeviceTrace, TraceError, recorded_config
+from .trace import DeviceTrace, TraceError, devices, read_device_trace, recorded_config, why_not_replayable
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
 
 
@@ -166,7 +167,7 @@ def run_replay(args: argparse.Namespace) -> int:
             if cap is None and t.capacity_at_oom() is not None:
                 cap, source = t.capacity_at_oom(), f"the oom at trace entry {t.oom_entries[0]}: reserved + device_free"
             rows = what_if_trace(t, recorded, args.conf or DEFAULT_WHAT_IF, cap, fit=not args.no_fit,
-                                 progress=progress)
+                                 progress=progress, relaid=False if args.keep_start else None)
             reports.append((t, cap, source, rows, verdict(rows, cap, t.reserved_at_start)))
     except StartStateDoesNotFit as e:  # an answer about the run (it needs more), not bad input
         print(f"minialloc replay: {_one_line(e)}", file=sys.stderr)
@@ -199,12 +200,22 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
               else "no capacity limit")
     print(f"{path}, device {t.device}: {len(t.entries)} trace entries")
     print(f"replayed from {start}")
-    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}\n")
-    widths = (max(36, *(len(r.label) for r in rows)), 12, 12, 6, 12, 12)  # a long label widens its column
+    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}")
+    if any(r.relaid for r in rows):
+        print("\n".join(textwrap.wrap(
+            f"rows marked re-laid start from the {len(t.live_at_start)} live blocks at the first entry only, each "
+            "allocated again under the row's setting, so they compare with each other (--keep-start keeps the "
+            "run's segments instead)", 110, break_on_hyphens=False)))
+    print()
+    # re-laid rows sit under their own heading, named by their config alone (the label says it in JSON and text)
+    names = [r.config if r.relaid else r.label for r in rows]
+    widths = (max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12)  # a long label widens its column
     print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
-    for r in rows:
+    for k, (r, name) in enumerate(zip(rows, names, strict=True)):
+        if r.relaid and not rows[k - 1].relaid:
+            print("re-laid from the live blocks at the first entry:")
         fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
-        print(_row((r.label, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
+        print(_row((name, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
                     "-" if r.fits_on is None else format_size(r.fits_on)), widths))
     for r in rows:
         if r.first_failure_entry is not None:
@@ -253,17 +264,35 @@ def _one_line(e: BaseException) -> str:
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """minialloc diagnose FILE: exit 0 with a report, 2 for bad usage or an unreadable file."""
-    from .diagnose import diagnose, save_diagnosis_plots
+    from .diagnose import diagnose, diagnose_state, save_diagnosis_plots
 
+    if len(args.files) > 1 or Path(args.files[0]).is_dir():
+        return _diagnose_ranks(args)
+    args.file = args.files[0]
     try:
         capacity = parse_size(args.capacity) if args.capacity else None
         check_capacity(capacity)
-        snap, traces = open_device_traces(args.file, args.device)
-        reports = [diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
-                            replay_rows=not args.no_replay) for t in traces]
+        snap = load_trace_file(args.file)
+        found = devices(snap)
+        if args.device is not None and args.device not in found:
+            raise TraceError(f"{args.file}: nothing recorded for device {args.device}; the file has devices "
+                             f"{', '.join(map(str, found)) or 'none'}")
+        if not found:
+            raise TraceError(f"{args.file}: the snapshot holds no segment and no trace: nothing to diagnose")
+        reports, traces = [], []
+        for device in found if args.device is None else [args.device]:
+            why = why_not_replayable(snap, device)
+            if why is not None:  # the state the file holds is still worth reading
+                reports.append(diagnose_state(snap, device, why))
+                continue
+            t = read_device_trace(snap, device, args.file)
+            traces.append(t)
+            reports.append(diagnose(t, snap, capacity=capacity, at=args.at, configs=tuple(args.conf or DEFAULT_WHAT_IF),
+                                    replay_rows=not args.no_replay, relaid=False if args.keep_start else None))
         paths = []
         if args.plot:
-            for t, d in zip(traces, reports, strict=True):
+            for t in traces:
+                d = next(r for r in reports if r.device == t.device)
                 paths += save_diagnosis_plots(d, t, args.plot, recorded_config(snap))
     except StartStateDoesNotFit as e:  # an answer about the run, as replay gives it
         print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
@@ -289,6 +318,30 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if paths:
         print(f"plots written to {args.plot}: " + ", ".join(p.name for p in paths))
     return status
+
+
+def _diagnose_ranks(args: argparse.Namespace) -> int:
+    """minialloc diagnose a.pickle b.pickle ... (or a folder): one table across ranks, from each file's state."""
+    from .ranks import rank_files, rank_states, rank_table, rank_verdict
+
+    try:
+        files = rank_files(args.files)
+        rows = rank_states(files)
+    except (TraceError, ValueError, OSError) as e:
+        print(f"minialloc diagnose: {_one_line(e)}", file=sys.stderr)
+        return 2
+    if args.device is not None:
+        rows = [r for r in rows if r.device == args.device]
+    verdict_text = rank_verdict(rows) if rows else f"no file holds segments on device {args.device}"
+    if args.json:
+        print(json.dumps({"files": [str(f) for f in files], "ranks": [r.as_dict() for r in rows],
+                          "verdict": verdict_text}, indent=2))
+        return 0
+    print(f"{len(files)} snapshots, {len(rows)} ranks (each file's own state, no replay)\n")
+    print(rank_table(rows) + "\n")
+    for line in verdict_text.splitlines():
+        print("\n  ".join(textwrap.wrap(line, 110, break_on_hyphens=False)))
+    return 0
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -357,16 +410,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--check", action="store_true", help="replay under the recorded settings and compare every "
                      "allocation's address with the recorded one")
     rep.add_argument("--no-fit", action="store_true", help="skip the search for the smallest device each fits on")
+    rep.add_argument("--keep-start", action="store_true", help="what-if rows keep the run's segments at the first "
+                     "trace entry, as if the setting were switched on there (default for a trace that starts "
+                     "mid-run: re-lay its live blocks under each setting)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
 
     dia = command("diagnose", run_diagnose, "after an OOM: who holds the memory, what is pinned, what would help")
-    dia.add_argument("file", help="a snapshot pickle with a trace (torch.cuda.memory._dump_snapshot)")
+    dia.add_argument("files", nargs="+", metavar="FILE", help="a snapshot pickle (torch.cuda.memory._dump_snapshot); "
+                     "several, or a folder of them (one per rank), give one table across ranks")
     dia.add_argument("--device", type=int, help="only this device (default: every device in the file)")
     dia.add_argument("--at", type=int, metavar="ENTRY", help="the state before this trace entry (default: the "
                      "first failure, else the peak of reserved memory)")
     dia.add_argument("--capacity", help="simulated GPU size (default: from the trace's oom entry, else no limit)")
     dia.add_argument("--conf", action="append", help="configs for the verdict's replay; repeat it")
     dia.add_argument("--no-replay", action="store_true", help="skip the what-if replay and its verdict")
+    dia.add_argument("--keep-start", action="store_true", help="what-if rows keep the run's segments at the first "
+                     "trace entry instead of re-laying its live blocks")
     dia.add_argument("--plot", metavar="DIR", help="also write the segment map and timeline at that moment")
     dia.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -15,6 +15,10 @@ checked to land every allocation at its recorded address, rebuilds the allocator
   fragmentation looks like from the program's side (none of those segments can go back to the device);
 - the replay verdict (minialloc.replay.verdict).
 
+A snapshot whose trace cannot be replayed (none, one too short, another allocator's) is read as it is
+(diagnose_state): the same holders, pinned segments and per-pool figures, from the final state, and one line on
+why no what-if is possible and what to record next time.
+
 The replay is checked as it runs: when an allocation leaves its recorded address (the snapshot's settings, or
 the model, do not match the run), the report says so at its top, since its figures then describe another run.
 """
@@ -33,6 +37,8 @@ from .sizes import readable_size
 from .trace import DeviceTrace, TraceError, recorded_config, top_user_frame
 
 BEFORE_RECORDING = "(allocated before the trace began, no stack)"
+# a live block of the replay at an address where the run had none: only once the replay has left the run
+OFF_THE_RUN = "(placed where the run had no block: the replay diverged before it)"
 
 
 @dataclass
@@ -55,9 +61,48 @@ class PinnedSegment:
 
 
 @dataclass
+class PoolState:
+    """One pool's cached memory: a private pool (segment_pool_id other than (0, 0)) and its small or large
+    segments. fragmentation is 1 - largest free block / free bytes (TensorFlow's BFC and RMM report it so)."""
+
+    pool: str
+    segments: int = 0
+    reserved: int = 0
+    allocated: int = 0
+    cached_free: int = 0
+    largest_free_block: int = 0
+
+    @property
+    def fragmentation(self) -> float:
+        return 1 - self.largest_free_block / self.cached_free if self.cached_free else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fragmentation": round(self.fragmentation, 4)}
+
+
+def pool_states(segments: list[dict]) -> list[PoolState]:
+    """Per pool and segment type, from snapshot-schema segments; the default pool first."""
+    pools: dict[tuple, PoolState] = {}
+    for seg in segments:
+        pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
+        kind = seg.get("segment_type", "large")
+        name = f"{'default' if pool_id == (0, 0) else 'private ' + str(pool_id)} {kind}"
+        p = pools.setdefault((pool_id != (0, 0), pool_id, kind), PoolState(name))
+        p.segments += 1
+        p.reserved += seg["total_size"]
+        for b in seg["blocks"]:
+            if b["state"] == "inactive":
+                p.cached_free += b["size"]
+                p.largest_free_block = max(p.largest_free_block, b["size"])
+            else:
+                p.allocated += b["size"]
+    return [pools[k] for k in sorted(pools)]
+
+
+@dataclass
 class Diagnosis:
     device: int
-    moment: str  # "failure", "peak" or "entry"
+    moment: str  # "failure", "peak", "entry", or "snapshot" (the file's own state: no replay)
     entry: int  # the trace entry the state is taken before
     capacity: int | None
     reserved: int = 0
@@ -71,6 +116,8 @@ class Diagnosis:
     diverged_at: int | None = None  # the trace entry where the replay left the run (figures unreliable)
     holders: list[Holder] = field(default_factory=list)
     pinned: list[PinnedSegment] = field(default_factory=list)
+    pools: list[PoolState] = field(default_factory=list)
+    no_replay: str = ""  # moment "snapshot": why the trace could not be replayed, and what to record next time
     verdict: str = ""
     rows: list[ReplayResult] = field(default_factory=list, repr=False)
     allocator: CachingAllocator | None = field(default=None, repr=False)
@@ -79,19 +126,23 @@ class Diagnosis:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("allocator", "rows")}
         d["holders"] = [asdict(h) for h in self.holders]
         d["pinned"] = [asdict(p) for p in self.pinned]
+        d["pools"] = [p.as_dict() for p in self.pools]
         d["rows"] = [r.as_dict() for r in self.rows]
         return d
 
     def text(self, top: int = 8, width: int = 110) -> str:
-        where = {"failure": "at the first failure", "peak": "at the peak of reserved memory",
-                 "entry": "at the chosen entry"}[self.moment]
         size = readable_size
         lines = []
         if self.diverged_at is not None:
             lines.append(f"warning: the replay diverges from the run at trace entry {self.diverged_at} (see "
                          "minialloc replay --check): the figures below are unreliable")
-        lines.append(f"device {self.device}, {where}: before trace entry {self.entry}"
-                     + (f" (a request of {size(self.request)})" if self.request else ""))
+        if self.moment == "snapshot":
+            lines.append(f"device {self.device}, the state the snapshot holds")
+        else:
+            where = {"failure": "at the first failure", "peak": "at the peak of reserved memory",
+                     "entry": "at the chosen entry"}[self.moment]
+            lines.append(f"device {self.device}, {where}: before trace entry {self.entry}"
+                         + (f" (a request of {size(self.request)})" if self.request else ""))
         if self.capacity is not None:
             lines[-1] += f", on a device of {size(self.capacity)}"
         free = (f"cached free {size(self.cached_free)}, of it unusable for the request {size(self.unusable)}"
@@ -102,9 +153,12 @@ class Diagnosis:
             + ("" if self.oom_largest_free_block is None else
                f" (counting the device's free memory too, as the OOM message does: "
                f"{size(self.oom_largest_free_block)})"),
-            "",
-            "who holds the memory (live blocks by the top user frame that allocated them):",
         ]
+        for p in self.pools:
+            lines.append(f"  {p.pool} pool: {_count(p.segments, 'segment')}, {size(p.reserved)} reserved, "
+                         f"{size(p.cached_free)} cached free (largest {size(p.largest_free_block)}, "
+                         f"fragmentation {p.fragmentation:.0%})")
+        lines += ["", "who holds the memory (live blocks by the top user frame that allocated them):"]
         for h in self.holders[:top]:
             lines.append(f"  {size(h.bytes):>11}  {_count(h.blocks, 'block'):>11}  {_count(h.segments, 'segment'):>12}"
                          f"  {h.frame}")
@@ -122,6 +176,8 @@ class Diagnosis:
         if len(self.pinned) > top:
             lines.append(f"  ... and {len(self.pinned) - top} more, "
                          f"{size(sum(p.free for p in self.pinned[top:]))} free in them")
+        if self.no_replay:
+            lines += ["", f"no replay: {self.no_replay}"]  # one line, whole: it is what to do next time
         if self.verdict:
             # one short line each (the verdict's own lines are long sentences): wrapped for a terminal
             lines.append("")
@@ -163,7 +219,7 @@ def _moment(trace: DeviceTrace, result: ReplayResult, at: int | None) -> tuple[s
 
 def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None, at: int | None = None,
              configs: tuple[str, ...] = DEFAULT_WHAT_IF, replay_rows: bool = True,
-             pinned_free_fraction: float = 0.5) -> Diagnosis:
+             pinned_free_fraction: float = 0.5, relaid: bool | None = None) -> Diagnosis:
     """The report for one device (see the module docstring). capacity None: from an 'oom' entry, else none."""
     check_capacity(capacity)
     config = recorded_config(snapshot)
@@ -185,18 +241,50 @@ def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None,
         d.unusable = 0
 
     frames = _frames_of_live_blocks(trace, entry)
-    segments = a.snapshot()["segments"]
+
+    def name_of(block: dict) -> str:
+        if block["address"] not in frames:
+            return OFF_THE_RUN
+        got = frames[block["address"]]
+        return BEFORE_RECORDING if got is None else top_user_frame(got)
+
+    _read_state(d, a.snapshot()["segments"], name_of, pinned_free_fraction)
+    if replay_rows:
+        d.rows = what_if_trace(trace, config, configs, capacity, relaid=relaid)
+        d.verdict = verdict(d.rows, capacity, trace.reserved_at_start)
+    return d
+
+
+def diagnose_state(snapshot: dict, device: int, why: str, pinned_free_fraction: float = 0.5) -> Diagnosis:
+    """The report for a device whose trace cannot be replayed (why: trace.why_not_replayable's line): the
+    state the snapshot holds, read as it is. Blocks carry the stack of their allocation when history was on."""
+    segments = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device]
+    d = Diagnosis(device, "snapshot", len(_device_trace(snapshot, device)), None, no_replay=why)
+    _read_state(d, segments, lambda b: top_user_frame(b.get("frames")), pinned_free_fraction)
+    d.reserved = sum(s["total_size"] for s in segments)
+    d.allocated = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] != "inactive")
+    d.cached_free = d.reserved - d.allocated
+    d.largest_cached_free_block = max((p.largest_free_block for p in d.pools), default=0)
+    return d
+
+
+def _device_trace(snapshot: dict, device: int) -> list:
+    traces = snapshot.get("device_traces") or []
+    return traces[device] if 0 <= device < len(traces) else []
+
+
+def _read_state(d: Diagnosis, segments: list[dict], name_of: Any, pinned_free_fraction: float) -> None:
+    """Holders, pinned segments, pools (and the unusable bytes at a failure) from snapshot-schema segments."""
     groups: dict[str, Holder] = {}
     seg_sets: dict[str, set[int]] = defaultdict(set)
     for seg in segments:
         free = sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive")
         if d.unusable is not None:
-            d.unusable += sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive" and b["size"] < request)
+            d.unusable += sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive" and b["size"] < d.request)
         live = [b for b in seg["blocks"] if b["state"] != "inactive"]
         names = []
         for b in live:
-            got = frames.get(b["address"])
-            name = BEFORE_RECORDING if got is None else top_user_frame(got)
+            name = name_of(b)
             h = groups.setdefault(name, Holder(name))
             h.bytes += b["size"]
             h.blocks += 1
@@ -212,10 +300,7 @@ def diagnose(trace: DeviceTrace, snapshot: dict, *, capacity: int | None = None,
         h.segments = len(seg_sets[name])
     d.holders = sorted(groups.values(), key=lambda h: (-h.bytes, h.frame))
     d.pinned.sort(key=lambda p: (-p.free, p.address))
-    if replay_rows:
-        d.rows = what_if_trace(trace, config, configs, capacity)
-        d.verdict = verdict(d.rows, capacity, trace.reserved_at_start)
-    return d
+    d.pools = pool_states(segments)
 
 
 def _frames_of_live_blocks(trace: DeviceTrace, entry: int) -> dict[int, list | None]:

@@ -15,10 +15,13 @@ Recorded runs (replay_trace, what_if_trace, check_trace): a real trace starts mi
 starts from the state at the trace's first entry, rebuilt by minialloc.trace.state_at_trace_start at the
 recorded addresses, and runs the trace's operations (minialloc.trace.device_ops). Under the run's own settings
 every allocation should then land at its recorded address: check_trace counts them, which is what makes the
-what-if rows worth trusting. A what-if row starts from the same state, as if its setting had been switched on at
-the first trace entry. Without a capacity the simulated GPU is unlimited and the rows compare peak reserved
-memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free bytes) they show
-who runs out of memory, and where.
+what-if rows worth trusting. For a trace that starts mid-run, each what-if row (the recorded settings' too)
+starts from the live blocks at the first entry re-laid by its own policy (replay_trace's relaid), so the rows
+compare with each other; with relaid=False (`--keep-start`) a row starts from the run's segments as they were, as
+if its setting had been switched on at the first trace entry. bench/relaid_whatif.py measures how well re-laid
+rows predict a run made under their setting. Without a capacity the simulated GPU is unlimited and the rows
+compare peak reserved memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free
+bytes) they show who runs out of memory, and where.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
 (when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request
@@ -42,6 +45,7 @@ from .trace import (
     EMPTY_CACHE,
     FREE,
     MALLOC,
+    NEXT_TIME,
     OOM,
     RETRY_RELEASE,
     DeviceTrace,
@@ -129,6 +133,7 @@ class ReplayResult:
     left_out_live_blocks: int = 0
     left_out_live_bytes: int = 0
     notes: list[str] = field(default_factory=list)  # caveats on this row's figures, one sentence each
+    relaid: bool = False  # started from the live blocks at the first entry, re-laid under this row's config
 
     @property
     def efficiency(self) -> float:
@@ -409,7 +414,7 @@ class CheckResult:
 def replay_trace(
     trace: DeviceTrace, config: str, capacity: int | None = None, *, label: str = "", at_recorded: bool = False,
     check: CheckResult | None = None, keep_samples: bool = False, until: int | None = None,
-    progress: bool = False,
+    progress: bool = False, relaid: bool = False,
 ) -> tuple[ReplayResult, CachingAllocator]:
     """Replay a recorded device trace from its rebuilt start state (trace.start_segments) under `config`.
 
@@ -417,8 +422,14 @@ def replay_trace(
     allocator under the recorded settings can land every block at its recorded address; check collects that
     comparison. until: stop before the operation of that trace entry (the state a diagnosis looks at). An OOM is
     counted and the request skipped, as the recorded run's own 'oom' entries are; its later free is skipped too.
+    relaid: start from the LIVE blocks at the first entry only, each allocated again (in address order, on its
+    stream and in its pool) under `config`'s own policy, instead of the run's segments as they were: the start a
+    run under that config from its beginning would more nearly have had (relay_start).
     """
     check_capacity(capacity)
+    if relaid:
+        return _replay_relaid(trace, config, capacity, label=label, keep_samples=keep_samples, until=until,
+                              progress=progress)
     if capacity is not None and capacity < trace.reserved_at_start:
         raise StartStateDoesNotFit(
             f"device {trace.device} does not fit in {readable_size(capacity)}: "
@@ -448,82 +459,132 @@ def replay_trace(
             "makes itself), so its peak is no estimate of a run under it from the start: compare the rows with "
             "--from-empty")
     live: dict[int, int] = {addr: addr for addr in trace.live_at_start}
+    # placing new segments where the run got them is right only while the replay follows the run exactly
+    return _run_ops(trace, a, gpu, result, live, check=check, keep_samples=keep_samples, until=until,
+                    progress=progress, place=(at_recorded or check is not None) and not trace.from_empty)
+
+
+def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, label: str, keep_samples: bool,
+                   until: int | None, progress: bool) -> tuple[ReplayResult, CachingAllocator]:
+    gpu = SimulatedGPU(capacity or unlimited_capacity(trace), index=trace.device)
+    a = CachingAllocator(gpu, config)
+    a.record_memory_history(enabled=False)
+    result = ReplayResult(config=config or "native", label=label or f"{config or 'native'}, re-laid",
+                          capacity=capacity)
+    live: dict[int, int] = {}
+    pools: dict[tuple[int, int], object] = {}
+    for seg in trace.start_segments:
+        pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
+        for b in seg["blocks"]:
+            if b["state"] != "active_allocated":
+                continue
+            try:
+                if pool_id != (0, 0):
+                    pool = pools.setdefault(pool_id, a.replay_pool(pool_id))  # type: ignore[arg-type]
+                    with a.use_mem_pool(pool):  # type: ignore[arg-type]
+                        live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
+                else:
+                    live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
+            except OutOfMemoryError as e:
+                result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
+                _failed(result, trace, 0, b["requested_size"], e, a)
+                stats = a.memory_stats()
+                result.peak_allocated = stats["allocated_bytes.all.peak"]
+                result.peak_reserved = stats["reserved_bytes.all.peak"]
+                return result, a
+    return _run_ops(trace, a, gpu, result, live, keep_samples=keep_samples, until=until, progress=progress,
+                    place=False)
+
+
+def _run_ops(trace: DeviceTrace, a: CachingAllocator, gpu: SimulatedGPU, result: ReplayResult, live: dict[int, int],
+             *, check: CheckResult | None = None, keep_samples: bool, until: int | None, progress: bool, place: bool,
+             ) -> tuple[ReplayResult, CachingAllocator]:
+    """The trace's operations on an allocator holding the start state; live: recorded address -> its block now."""
     failed: set[int] = set()
     ops = trace.ops
     bar = progress_bar(len(ops), result.label) if progress else None
     samples = result.samples
-    # placing new segments where the run got them is right only while the replay follows the run exactly
-    place = (at_recorded or check is not None) and not trace.from_empty
     placing = place
     left_run = False  # a request the run served failed in this replay
     malloc, free = a.malloc, a.free
+    pool_of = trace.pool_of
+    # the run's private pools, held for the whole replay as the run held them (empty_cache leaves them alone)
+    mem_pools = {pool_id: a.replay_pool(pool_id) for pool_id in sorted(set(pool_of.values()))}
     for k, (kind, i, size, stream, addr, segs) in enumerate(ops):
         if until is not None and i >= until:
             break
-        if kind == MALLOC:
-            if placing and segs:
-                for seg in segs:
-                    if seg > 0:
-                        gpu.place_next(seg)
-                    elif gpu.reservation_at(-seg) is None:  # a new expandable segment, mapped from its start
-                        gpu.place_next_reservation(-seg)
-            try:
-                ptr = malloc(size, stream)
-            except OutOfMemoryError as e:
-                failed.add(addr)
-                left_run = True
-                _failed(result, trace, i, size, e, a)
-                continue
-            finally:
-                if place and segs:
-                    gpu.drop_placements()
-            live[addr] = ptr
-            if ptr != addr:
-                placing = False
-                # after a request failed here that the run served, the addresses differ for that reason alone
-                if place and result.diverged_at is None and not left_run:
-                    result.diverged_at = i
-            if check is not None:
-                check.allocations += 1
-                if ptr == addr:
-                    check.at_recorded_address += 1
-                elif check.first_divergence is None:
-                    check.first_divergence, check.recorded_address, check.replayed_address = i, addr, ptr
-                    check.request = size
-                    check.frames = user_frames(trace.entries[i].get("frames"))
-                    check.new_segment = not _recorded_memory(trace, ptr)
-                    near = range(max(0, i - 3), min(len(trace.entries), i + 2))
-                    check.context = [describe(trace.entries, j) for j in near]
-        elif kind == FREE:
-            ptr = live.pop(addr, None)
-            if ptr is None:
-                if addr in failed:
-                    failed.discard(addr)
-                elif not trace.from_empty:
-                    raise TraceError(f"device {trace.device}: trace entry {i} frees {addr:#x}, which is not live in "
-                                     "the replay (the rebuilt state at the first entry is inconsistent)")
-                else:
-                    result.skipped_frees += 1  # --from-empty: allocated before the trace began
-                continue
-            free(ptr)
-        elif kind == EMPTY_CACHE or kind == RETRY_RELEASE:
-            if placing and all(seg > 0 for seg in segs):
-                for seg in segs:  # exactly the segments the run gave back
-                    if not a.release_cached_segment(seg):
-                        placing = False  # not a whole free segment here: the replay has left the run
-                        a.empty_cache()
-                        break
-            elif kind == EMPTY_CACHE or placing:  # a mapped range: empty_cache unmaps every wholly free page
-                a.empty_cache()
-        elif kind == OOM:
-            if check is not None:
-                check.recorded_ooms += 1
-            try:
-                free(malloc(size, stream))  # fits here: nothing later in the trace used it
-            except OutOfMemoryError as e:
-                _failed(result, trace, i, size, e, a)
+        # an allocation the run made inside use_mem_pool (or a graph's capture) is made in that pool again
+        routed = a.use_mem_pool(mem_pools[pool_of[i]]) if pool_of and i in pool_of else None
+        if routed is not None:
+            routed.__enter__()
+        try:
+            if kind == MALLOC:
+                if placing and segs:
+                    for seg in segs:
+                        if seg > 0:
+                            gpu.place_next(seg)
+                        elif gpu.reservation_at(-seg) is None:  # a new expandable segment, mapped from its start
+                            gpu.place_next_reservation(-seg)
+                try:
+                    ptr = malloc(size, stream)
+                except OutOfMemoryError as e:
+                    failed.add(addr)
+                    left_run = True
+                    _failed(result, trace, i, size, e, a)
+                    continue
+                finally:
+                    if place and segs:
+                        gpu.drop_placements()
+                live[addr] = ptr
+                if ptr != addr:
+                    placing = False
+                    # after a request failed here that the run served, the addresses differ for that reason alone
+                    if place and result.diverged_at is None and not left_run:
+                        result.diverged_at = i
                 if check is not None:
-                    check.reproduced_ooms += 1
+                    check.allocations += 1
+                    if ptr == addr:
+                        check.at_recorded_address += 1
+                    elif check.first_divergence is None:
+                        check.first_divergence, check.recorded_address, check.replayed_address = i, addr, ptr
+                        check.request = size
+                        check.frames = user_frames(trace.entries[i].get("frames"))
+                        check.new_segment = not _recorded_memory(trace, ptr)
+                        near = range(max(0, i - 3), min(len(trace.entries), i + 2))
+                        check.context = [describe(trace.entries, j) for j in near]
+            elif kind == FREE:
+                ptr = live.pop(addr, None)
+                if ptr is None:
+                    if addr in failed:
+                        failed.discard(addr)
+                    elif not trace.from_empty:
+                        raise TraceError(f"device {trace.device}: trace entry {i} frees {addr:#x}, which is not live "
+                                         "in the replay (the rebuilt state at the first entry is inconsistent)")
+                    else:
+                        result.skipped_frees += 1  # --from-empty: allocated before the trace began
+                    continue
+                free(ptr)
+            elif kind == EMPTY_CACHE or kind == RETRY_RELEASE:
+                if placing and all(seg > 0 for seg in segs):
+                    for seg in segs:  # exactly the segments the run gave back
+                        if not a.release_cached_segment(seg):
+                            placing = False  # not a whole free segment here: the replay has left the run
+                            a.empty_cache()
+                            break
+                elif kind == EMPTY_CACHE or placing:  # a mapped range: empty_cache unmaps every wholly free page
+                    a.empty_cache()
+            elif kind == OOM:
+                if check is not None:
+                    check.recorded_ooms += 1
+                try:
+                    free(malloc(size, stream))  # fits here: nothing later in the trace used it
+                except OutOfMemoryError as e:
+                    _failed(result, trace, i, size, e, a)
+                    if check is not None:
+                        check.reproduced_ooms += 1
+        finally:
+            if routed is not None:
+                routed.__exit__(None, None, None)
         if keep_samples:
             samples.append((a.memory_allocated(), a.memory_reserved()))
         if bar is not None and k % 4096 == 0:
@@ -541,8 +602,9 @@ def replay_trace(
 def unlimited_capacity(trace: DeviceTrace) -> int:
     """The simulated capacity that stands for "no limit". An expandable segment reserves address space for 1 1/8
     of the device, so where the recorded run had several, the device can be no bigger than lets their recorded
-    reservations sit side by side (the real device was no bigger either)."""
-    bases = sorted(s["address"] for s in trace.start_segments if s["is_expandable"])
+    reservations sit side by side (the real device was no bigger either): those at the first entry and those
+    first mapped inside the trace, which a replay must be able to place where the run had them."""
+    bases = list(trace.expandable_bases) or sorted(s["address"] for s in trace.start_segments if s["is_expandable"])
     room = min((b - a for a, b in zip(bases, bases[1:], strict=False)), default=UNLIMITED * 9 // 8)
     return min(UNLIMITED, (room - 10 * PAGE_SIZE) * 8 // 9 // PAGE_SIZE * PAGE_SIZE)  # 10 pages: one large page
 
@@ -582,7 +644,8 @@ def check_trace(trace: DeviceTrace, config: str, progress: bool = False) -> Chec
     return check
 
 
-def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, max_replays: int = 20) -> int:
+def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, max_replays: int = 20,
+                      relaid: bool = False) -> int:
     """The smallest simulated device (in 2 MiB pages) on which the replay runs without an OOM, by bisection.
 
     The unlimited run never reserves more than its peak, so a device of that size fits; one smaller than what
@@ -590,14 +653,15 @@ def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, 
     not always monotone in capacity, so this is the smallest capacity the bisection found)."""
     hi = -(-unlimited.peak_reserved // PAGE_SIZE) * PAGE_SIZE
     # never below 0: every capacity tried must be a real one (a 0-byte device is refused)
-    lo = max(0, max(trace.reserved_at_start, unlimited.peak_allocated) // PAGE_SIZE * PAGE_SIZE - PAGE_SIZE)
+    floor = 0 if relaid else trace.reserved_at_start  # a re-laid start holds no segment as it was
+    lo = max(0, max(floor, unlimited.peak_allocated) // PAGE_SIZE * PAGE_SIZE - PAGE_SIZE)
     tolerance = max(PAGE_SIZE, hi // 1000)
     for _ in range(max_replays):
         if hi - lo <= tolerance:
             break
         mid = (lo + hi) // 2 // PAGE_SIZE * PAGE_SIZE
         try:
-            result, _ = replay_trace(trace, config, mid)
+            result, _ = replay_trace(trace, config, mid, relaid=relaid)
             fits = not result.failed
         except TraceError:  # the start state does not fit on it
             fits = False
@@ -605,22 +669,39 @@ def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, 
     return hi
 
 
+def starts_mid_run(trace: DeviceTrace) -> bool:
+    """Whether the run held memory at the first trace entry (so a what-if that keeps it as it was is bounded by
+    it, and the re-laid mode answers instead)."""
+    return not trace.from_empty and bool(trace.reserved_at_start)
+
+
 def what_if_trace(
     trace: DeviceTrace, recorded: str, configs: Sequence[str] = (), capacity: int | None = None, *,
-    fit: bool = True, progress: bool = False,
+    fit: bool = True, progress: bool = False, relaid: bool | None = None,
 ) -> list[ReplayResult]:
-    """The run's own settings (first row, labelled as recorded), then each config, on one capacity."""
+    """The run's own settings (first row, labelled as recorded: exact), then each config, on one capacity.
+
+    relaid (default: when the trace starts mid-run): the configs' rows, the recorded one's first, start from
+    the live blocks at the first entry re-laid by each config's own policy (replay_trace's relaid), so they
+    compare with each other; otherwise each starts from the run's segments as they were, as if the setting had
+    been switched on at the first entry."""
     check_capacity(capacity)
     check_configs(configs)
-    rows = [(recorded, f"as recorded ({recorded or 'native'})")]
-    rows += [(c, c or "native") for c in configs if c != recorded]
+    if relaid is None:
+        relaid = starts_mid_run(trace)
+    rows = [(recorded, f"as recorded ({recorded or 'native'})", False)]
+    if relaid:
+        rows += [(c, f"{c or 'native'}, re-laid", True) for c in dict.fromkeys([recorded, *configs])]
+    else:
+        rows += [(c, c or "native", False) for c in configs if c != recorded]
     results = []
-    for conf, label in rows:
-        result, _ = replay_trace(trace, conf, capacity, label=label, at_recorded=conf == recorded,
-                                 progress=progress)
+    for conf, label, relay in rows:
+        result, _ = replay_trace(trace, conf, capacity, label=label, at_recorded=conf == recorded and not relay,
+                                 progress=progress, relaid=relay)
+        result.relaid = relay
         if fit:
-            unlimited = result if capacity is None else replay_trace(trace, conf, None)[0]
-            result.fits_on = smallest_capacity(trace, conf, unlimited)
+            unlimited = result if capacity is None else replay_trace(trace, conf, None, relaid=relay)[0]
+            result.fits_on = smallest_capacity(trace, conf, unlimited, relaid=relay)
         results.append(result)
     return results
 
@@ -673,7 +754,7 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
         best = min(fitted, key=lambda r: (r.fits_on, r.peak_reserved))
         line = (f"{peak}; the smallest device found is {readable_size(best.fits_on or 0)}, "
                 f"with {_name(best, recorded)}")
-        if reserved_at_start and (best.fits_on or 0) <= reserved_at_start + PAGE_SIZE:
+        if reserved_at_start and not best.relaid and (best.fits_on or 0) <= reserved_at_start + PAGE_SIZE:
             line += (f" (bounded by the {readable_size(reserved_at_start)} already reserved at the first trace "
                      "entry: record from earlier in the run to see what a setting changes before it)")
         return line
@@ -683,6 +764,15 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
         return (f"{run} fits in {readable_size(capacity)} under the recorded settings (peak reserved "
                 f"{readable_size(recorded.peak_reserved)}); the lowest peak is {readable_size(best.peak_reserved)}, "
                 f"with {_name(best, recorded)}")
+    own = next((r for r in results if r.relaid and r.config == recorded.config), None)
+    if own is not None and not own.failed:
+        # re-laid, the run's own settings fit too: the failure came from how memory was laid out before the
+        # trace began, which a re-laid start does not have
+        others = [r.label for r in saved if r is not own]
+        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the live blocks "
+                f"at the first trace entry are re-laid ({', '.join(others) or 'no other setting'} too): the OOM "
+                "comes from how memory was laid out before the trace began; record from earlier in the run to see "
+                "which setting avoids it")
     if saved:
         best = min(saved, key=lambda r: r.peak_reserved)
         return (f"{best.label} saves this run: it fits in {readable_size(capacity)} "
@@ -692,7 +782,7 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
         # enough memory in all, in pieces: fragmentation, which the settings tried could not undo
         line = (f"no setting tried saves this run, yet {readable_size(live)} live + the {readable_size(request)} "
                 f"request at trace entry {entry} fit in {readable_size(capacity)}: the cause is fragmentation")
-        if reserved_at_start:
+        if reserved_at_start and not any(r.relaid for r in results):
             line += (f". The {readable_size(reserved_at_start)} of segments made before the trace began stay as "
                      "they were in a replay, whatever the setting: turn on expandable_segments:True in the run "
                      "itself, or record from earlier in the run to replay it")
@@ -704,19 +794,20 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
 
 def open_device_traces(path: str | Path, device: int | None = None, from_empty: bool = False
                        ) -> tuple[dict, list[DeviceTrace]]:
-    """Read a snapshot file and each device's trace (or just `device`)."""
+    """Read a snapshot file and each replayable device's trace (or just `device`); TraceError with one line
+    (trace.why_not_replayable) when there is none: no trace, one too short, or an allocator minialloc does not
+    model."""
     from .trace import devices as snapshot_devices
+    from .trace import why_not_replayable
 
     snap = load_trace_file(path)
-    traces = snap.get("device_traces") or []
-    wanted = [d for d in snapshot_devices(snap) if d < len(traces) and traces[d]]
-    if device is not None:
-        if device not in wanted:
-            raise TraceError(f"{path}: no trace for device {device}; the file has traces for devices "
-                             f"{', '.join(map(str, wanted)) or 'none'}")
-        wanted = [device]
+    found = snapshot_devices(snap) if device is None else [device]
+    reasons = {d: why_not_replayable(snap, d) for d in found}
+    wanted = [d for d in found if reasons[d] is None]
     if not wanted:
-        raise TraceError(f"{path}: the snapshot has no trace: record one with "
-                         "torch.cuda.memory._record_memory_history() before the run")
+        if device is not None and device not in snapshot_devices(snap):
+            raise TraceError(f"{path}: nothing recorded for device {device}; the file has devices "
+                             f"{', '.join(map(str, snapshot_devices(snap))) or 'none'}")
+        reason = next((r for r in reasons.values() if r), f"no trace ({NEXT_TIME})")
+        raise TraceError(f"{path}: {reason}")
     return snap, [read_device_trace(snap, d, str(path), from_empty) for d in wanted]
-

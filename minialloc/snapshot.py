@@ -44,7 +44,7 @@ import secrets
 from typing import Any
 
 __all__ = ["BLOCK_STATES", "SEGMENT_TYPES", "TRACE_ACTIONS", "SnapshotError", "dump_snapshot",
-           "load_snapshot", "validate_snapshot"]
+           "load_snapshot", "upgrade_snapshot", "validate_snapshot"]
 
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 SEGMENT_TYPES = ("small", "large")
@@ -109,13 +109,15 @@ class _PlainUnpickler(pickle.Unpickler):
         raise _GlobalRefused(f"{module}.{name}")
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_snapshot(path: str | os.PathLike[str], segment_list: bool = False) -> dict[str, Any]:
     """Read and validate a snapshot pickled by torch.cuda.memory._dump_snapshot() or by dump_snapshot().
 
     Snapshot files are pickles, and a normal unpickler runs whatever code the file names: never
     pickle.load() a file you did not write. This one uses a restricted unpickler that refuses every class
     and function, so only dicts, lists, tuples, strings, bytes, numbers, booleans and None can come out,
     and nothing in the file runs. A missing "device_traces" (older snapshots) is filled in as [].
+    segment_list: also accept the segments-only list torch.cuda.memory_snapshot() returns, read as
+    {"segments": the_list} (a state with no trace).
 
     Raises SnapshotError for an empty, truncated or non-pickle file, one that needs a class, or one that
     breaks the schema; OSError if the file cannot be opened.
@@ -139,9 +141,35 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
                 advice="The file may be cut short (an interrupted write or copy) or not be a snapshot "
                 "at all. " + _ADVICE,
             ) from e
+    if segment_list and isinstance(snap, list):
+        snap = {"segments": snap}
     validate_snapshot(snap, source)
     snap.setdefault("device_traces", [])
     return snap
+
+
+def upgrade_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot in the block layout PyTorch 2.1 and later write, without changing `snap`.
+
+    PyTorch 2.0 wrote a block as {size, requested_size, state, history: [{addr, real_size, frames}]}: no
+    ``address`` (a block starts where the one before it in its segment ends) and no ``frames`` (the stack of its
+    latest allocation is the last history entry's). _memory_viz's _block_extra_legacy reads them the same way."""
+    segments = []
+    for seg in snap["segments"]:
+        address, blocks, changed = seg["address"], [], False
+        for block in seg["blocks"]:
+            history = block.get("history") or [{}]
+            if "address" not in block or ("frames" not in block and "history" in block):
+                block = dict(block)
+                block.setdefault("address", address)
+                live = block["state"] != "inactive"  # a free block's history is of a tensor that is gone
+                block.setdefault("frames", list(history[-1].get("frames", [])) if live else [])
+                block.setdefault("requested_size", history[-1].get("real_size", block["size"]) if live else 0)
+                changed = True
+            blocks.append(block)
+            address += block["size"]
+        segments.append(dict(seg, blocks=blocks) if changed else seg)
+    return dict(snap, segments=segments)
 
 
 def validate_snapshot(snap: Any, source: str = "<snapshot>") -> None:
@@ -181,8 +209,9 @@ def validate_snapshot(snap: Any, source: str = "<snapshot>") -> None:
             where = f"device_traces[{d}][{k}]"
             _check_dict(entry, _TRACE_ENTRY, where, source)
             _check_choice(entry, "action", TRACE_ACTIONS, where, source)
-            # An 'oom' entry holds the bytes CUDA reported free where the others hold an address.
-            address_key = "device_free" if entry["action"] == "oom" else "addr"
+            # An 'oom' entry holds the bytes CUDA reported free where the others hold an address (PyTorch 2.0
+            # wrote them as 'addr' too).
+            address_key = "device_free" if entry["action"] == "oom" and "addr" not in entry else "addr"
             _check_dict(entry, {address_key: (int, True)}, where, source)
             _check_frames(entry, where, source)
 

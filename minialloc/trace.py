@@ -27,6 +27,12 @@ exactly releases just those segments (release_available_cached_blocks, with max_
 while a what-if replay calls empty_cache() for the one and leaves the other to its own malloc. segment_alloc and
 segment_map entries travel with the next malloc, so a replay at the recorded addresses can place a new segment (or
 a new expandable segment's reservation, whose first mapping is at its start) where the run got it.
+
+Every schema PyTorch has written since 2.0 is read (snapshot.upgrade_snapshot), and the segments-only list of
+torch.cuda.memory_snapshot() too. What cannot be replayed is said in one line (why_not_replayable): no trace, a
+trace with no allocation (PyTorch 2.0 kept one entry by default), or an allocator minialloc does not model
+(torch_npu's, cudaMallocAsync). Private pools (segment_pool_id other than (0, 0)) are found per allocation from the
+segment it landed in (DeviceTrace.pool_of), so a replay serves it from the same pool.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from pathlib import Path
 
 from .config import AllocatorConfig, ConfigError
 from .sizes import K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE, MiB, readable_size
-from .snapshot import SnapshotError, load_snapshot
+from .snapshot import SnapshotError, load_snapshot, upgrade_snapshot
 
 MALLOC, FREE, EMPTY_CACHE, OOM, RETRY_RELEASE = 0, 1, 2, 3, 4
 _RELEASES = ("segment_free", "segment_unmap")
@@ -73,6 +79,11 @@ class DeviceTrace:
     # allocation there, or live at the end and never allocated in it) with their requested bytes
     recorded_reserved_at_start: int = 0
     recorded_live_at_start: tuple[int, int] = (0, 0)
+    # trace entry index -> private pool id, for the allocations (and oom requests) a private pool served
+    pool_of: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # where each expandable reservation the run used begins (one per stream and pool), including those first
+    # mapped inside the trace: a replay's reservations must not cover them (replay.unlimited_capacity)
+    expandable_bases: tuple[int, ...] = ()
 
     @property
     def live_at_start(self) -> dict[int, int]:
@@ -91,9 +102,12 @@ class DeviceTrace:
 
 # -- reading files ---------------------------------------------------------------------------------------------
 def read_snapshot(path: str | Path) -> dict:
-    """A snapshot pickle, or TraceError with a one-line reason naming the file."""
+    """A snapshot pickle, or TraceError with a one-line reason naming the file.
+
+    Every schema PyTorch has written since 2.0 is read (upgrade_snapshot), and the segments-only list of
+    torch.cuda.memory_snapshot() is read as a snapshot with no trace."""
     try:
-        return load_snapshot(path)
+        return upgrade_snapshot(load_snapshot(path, segment_list=True))
     except SnapshotError as e:
         raise TraceError(str(e)) from None
     except OSError as e:
@@ -114,7 +128,10 @@ def recorded_config(snapshot: dict) -> str:
     text, which may hold keys minialloc does not model."""
     s = snapshot.get("allocator_settings") or {}
     parts = []
-    if s.get("expandable_segments"):
+    # a snapshot written without allocator_settings (older PyTorch) still shows its expandable segments
+    expandable = any(seg.get("is_expandable") for seg in snapshot.get("segments", [])) or any(
+        e.get("action") in ("segment_map", "segment_unmap") for t in snapshot.get("device_traces") or [] for e in t)
+    if s.get("expandable_segments") or ("expandable_segments" not in s and expandable):
         parts.append("expandable_segments:True")
     mss = _max_split_size(snapshot)
     if mss is not None:
@@ -139,6 +156,57 @@ def _max_split_size(snapshot: dict) -> int | None:
     """allocator_settings' max_split_size, None when unset (PyTorch records SIZE_MAX, or -1, for no limit)."""
     mss = (snapshot.get("allocator_settings") or {}).get("max_split_size", -1)
     return mss if isinstance(mss, int) and 0 < mss < 2**63 else None
+
+
+# -- what can be replayed ----------------------------------------------------------------------------------------
+NEXT_TIME = ("next time call torch.cuda.memory._record_memory_history(max_entries=1000000) before the run and "
+             "torch.cuda.memory._dump_snapshot(FILE) at the OOM")
+
+
+def unmodelled_allocator(snapshot: dict) -> str | None:
+    """What wrote the snapshot, when it is an allocator minialloc does not model (None: CUDA's native one).
+
+    torch_npu (Ascend) writes PyTorch's schema from its own allocator, with another rounding (size + 32 rounded
+    to 512) and its own stream handles: its frames name torch_npu, and its settings PYTORCH_NPU_ALLOC_CONF."""
+    settings = snapshot.get("allocator_settings") or {}
+    conf = str(settings.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    if any("NPU" in str(k) for k in settings) or _frames_mention(snapshot, ("torch_npu", "c10_npu")):
+        return "an Ascend NPU snapshot (torch_npu): its allocator's rules differ from CUDA's"
+    if "cudaMallocAsync" in conf:
+        return "a cudaMallocAsync snapshot (backend:cudaMallocAsync): CUDA's own pool allocator, not the caching one"
+    return None
+
+
+def _frames_mention(snapshot: dict, words: tuple[str, ...], limit: int = 2000) -> bool:
+    """Whether a frame names one of `words`, among the first `limit` stacks (a foreign allocator shows at once)."""
+    stacks: list = []
+    for seg in snapshot.get("segments", []):
+        stacks.append(seg.get("frames") or ())
+        stacks += [b.get("frames") or () for b in seg["blocks"]]
+    for t in snapshot.get("device_traces") or []:
+        stacks += [e.get("frames") or () for e in t[:limit]]
+    for frames in stacks[:limit]:
+        for f in frames:
+            text = f"{f.get('filename', '')} {f.get('name', '')}"
+            if any(w in text for w in words):
+                return True
+    return False
+
+
+def why_not_replayable(snapshot: dict, device: int) -> str | None:
+    """One line on why device's trace cannot be replayed (None: it can): a foreign allocator, no trace, or a
+    trace with no allocation in it (PyTorch 2.0 kept one entry by default)."""
+    foreign = unmodelled_allocator(snapshot)
+    if foreign:
+        return f"{foreign}, so minialloc cannot replay it"
+    entries = _trace(snapshot, device)
+    if not entries:
+        return f"no trace for device {device} (history was not recorded), so no what-if is possible; {NEXT_TIME}"
+    if not any(e.get("action") in ("alloc", "oom") for e in entries):
+        n = len(entries)
+        return (f"the trace of device {device} holds {n} {'entry' if n == 1 else 'entries'} and no allocation "
+                f"(PyTorch 2.0 kept 1 entry by default), too short to replay; {NEXT_TIME}")
+    return None
 
 
 # -- operations ------------------------------------------------------------------------------------------------
@@ -476,7 +544,77 @@ def read_device_trace(snapshot: dict, device: int = 0, source: str = "<snapshot>
     ops = device_ops(entries, _max_split_size(snapshot), empty_cache_entries(snapshot, device, entries))
     return DeviceTrace(device, entries, ops, start, at_start,
                        max([recorded_start, *reserved_after]), ooms, reserved_after, from_empty,
-                       recorded_start, live)
+                       recorded_start, live, _private_pool_entries(snapshot, device, entries),
+                       _expandable_bases(snapshot, device, entries, start))
+
+
+def _expandable_bases(snapshot: dict, device: int, entries: Sequence[dict], start: list[dict]) -> tuple[int, ...]:
+    """The lowest mapped address of each (stream, pool, segment type) that has expandable segments, at the first
+    entry, at the end, or mapped in between: where each of the run's reservations begins (PyTorch maps from a
+    reservation's start up, one reservation per stream and pool). A mapping the final state no longer holds is
+    put with its stream and the nearest group below it."""
+    final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device and s.get("is_expandable")]
+    ranges = [(s["address"], s["address"] + s["total_size"],
+               (s["stream"], tuple(s.get("segment_pool_id", (0, 0))), s.get("segment_type", "large")))
+              for s in final + [s for s in start if s["is_expandable"]]]
+    lowest: dict[tuple, int] = {}
+    for lo, _, key in ranges:
+        lowest[key] = min(lo, lowest.get(key, lo))
+    for e in entries:
+        if e.get("action") != "segment_map":
+            continue
+        addr = int(e["addr"])
+        key = next((k for lo, hi, k in ranges if lo <= addr < hi), None)
+        if key is None:  # unmapped again before the end
+            below = [(lo, k) for lo, _, k in ranges if lo <= addr and k[0] == int(e.get("stream", 0))]
+            key = max(below)[1] if below else ("unknown", addr)
+        lowest[key] = min(addr, lowest.get(key, addr))
+    return tuple(sorted(set(lowest.values())))
+
+
+def _private_pool_entries(snapshot: dict, device: int, entries: Sequence[dict]) -> dict[int, tuple[int, int]]:
+    """Which private pool served each allocation (trace entry index -> segment_pool_id; the default pool's are
+    left out). A trace entry does not name its pool: the segment an allocation lands in does. Walking back from
+    the final segments, whose pool is known, each alloc is looked up in the segments that existed at its time.
+
+    A segment the trace frees is gone from the final state; it is taken to be the default pool's, since a private
+    pool gives nothing back while it is in use (release_cached_blocks frees only graph_pools_freeable), and every
+    pool in the final state was. (A pool deleted and emptied during the trace is not told apart: --check shows
+    where that matters.) An 'oom' entry has no address: it takes the pool of the allocation before it."""
+    final = [s for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device]
+    if all(tuple(s.get("segment_pool_id", (0, 0))) == (0, 0) for s in final):
+        return {}
+    pools = {s["address"]: (s["address"] + s["total_size"], tuple(s.get("segment_pool_id", (0, 0)))) for s in final}
+    starts = sorted(pools)
+    found: dict[int, tuple[int, int] | None] = {}
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        action = e.get("action")
+        if action == "segment_alloc" and e["addr"] in pools:
+            del pools[e["addr"]]
+            starts.remove(e["addr"])
+        elif action == "segment_free":
+            pools[e["addr"]] = (e["addr"] + int(e["size"]), (0, 0))
+            bisect.insort(starts, e["addr"])
+        elif action == "oom":
+            found[i] = None
+        elif action == "alloc":
+            k = bisect.bisect_right(starts, e["addr"]) - 1
+            if k >= 0 and e["addr"] < pools[starts[k]][0]:
+                found[i] = pools[starts[k]][1]
+            else:  # in an expandable segment's mapping: the final segment holding the address, if any
+                found[i] = next((tuple(s.get("segment_pool_id", (0, 0))) for s in final
+                                 if s["address"] <= e["addr"] < s["address"] + s["total_size"]), (0, 0))
+    out: dict[int, tuple[int, int]] = {}
+    before: tuple[int, int] = (0, 0)
+    for i in sorted(found):
+        pool_id = found[i]
+        if pool_id is None:
+            pool_id = before
+        before = pool_id
+        if pool_id != (0, 0):
+            out[i] = pool_id
+    return out
 
 
 def _live_before_trace(snapshot: dict, device: int, entries: Sequence[dict]) -> tuple[int, int]:

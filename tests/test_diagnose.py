@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,9 @@ def test_diagnose_at_the_recorded_failure(tmp_path, capsys):
     assert d.largest_cached_free_block < d.request <= d.reserved - d.allocated + (d.capacity - d.reserved)
     assert d.unusable == d.reserved - d.allocated == 300 * MiB  # every cached piece is smaller than the request
     assert d.pinned == []  # each 150 MiB segment is two thirds live: fragmented, but not "mostly free"
-    assert d.verdict.startswith("expandable_segments:True saves this run")
+    # re-laid (the default mid-run), only expandable segments fit: native re-laid fails as the run did
+    assert [r.failed for r in d.rows] == [True, True, False]
+    assert d.verdict.startswith("expandable_segments:True, re-laid saves this run")
     assert d.rows[0].first_failure_entry == oom
     # no stacks were recorded: one holder says so, and the blocks made before recording are named as such
     assert {h.frame for h in d.holders} == {"(no stack recorded)", BEFORE_RECORDING}
@@ -185,7 +188,7 @@ def fragmented_run(late: bool) -> dict:
 def test_a_trace_started_just_before_a_fragmentation_oom_is_called_fragmentation():
     snap = fragmented_run(late=True)
     trace = read_device_trace(snap, 0)
-    rows = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False)
+    rows = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False, relaid=False)
     assert all(r.failed for r in rows)
     v = verdict(rows, trace.capacity_at_oom(), trace.reserved_at_start)
     assert "the cause is fragmentation" in v and "fit in 8.00 GiB" in v
@@ -196,6 +199,14 @@ def test_a_trace_started_just_before_a_fragmentation_oom_is_called_fragmentation
     ftrace = read_device_trace(full, 0)
     frows = what_if_trace(ftrace, "", ["expandable_segments:True"], ftrace.capacity_at_oom(), fit=False)
     assert verdict(frows, ftrace.capacity_at_oom()).startswith("expandable_segments:True saves this run")
+    # and the re-laid mode answers the question from the late trace alone (issue 24: a what-if mid-run)
+    relaid = what_if_trace(trace, "", ["expandable_segments:True"], trace.capacity_at_oom(), fit=False)
+    assert [r.label for r in relaid] == ["as recorded (native)", "native, re-laid", "expandable_segments:True, re-laid"]
+    # packed again, the live blocks leave room under either setting: the OOM came from the layout before the trace
+    assert relaid[0].failed and not relaid[1].failed and not relaid[2].failed
+    v = verdict(relaid, trace.capacity_at_oom(), trace.reserved_at_start)
+    assert v.startswith("the recorded settings fail as recorded, but fit in 8.00 GiB once the live blocks")
+    assert "expandable_segments:True, re-laid too" in v
 
 
 def diverging_snapshot() -> dict:
@@ -309,7 +320,7 @@ def test_diagnose_text_says_cached_free_and_counts_in_words():
 def test_json_rows_name_the_failure_once():
     snap = oom_snapshot()
     trace = read_device_trace(snap, 0)
-    (row,) = what_if_trace(trace, "", [], trace.capacity_at_oom(), fit=False)
+    (row,) = what_if_trace(trace, "", [], trace.capacity_at_oom(), fit=False, relaid=False)
     d = row.as_dict()
     assert d["first_failure_entry"] == trace.oom_entries[0]
     assert "first_failure" not in d and "events" not in d and d["operations"] == len(trace.ops)
@@ -319,8 +330,9 @@ def test_json_rows_name_the_failure_once():
 def test_the_commands_exit_alike_on_the_same_answer(tmp_path, capsys):
     late = tmp_path / "late.pickle"
     late.write_bytes(pickle.dumps(fragmented_run(late=True)))
-    assert main(["replay", str(late), "--no-fit"]) == 1  # no setting tried saves it
-    assert main(["diagnose", str(late)]) == 1  # the same verdict, the same status
+    assert main(["replay", str(late), "--no-fit", "--keep-start"]) == 1  # no setting tried saves it
+    assert main(["diagnose", str(late), "--keep-start"]) == 1  # the same verdict, the same status
+    assert main(["replay", str(late), "--no-fit"]) == main(["diagnose", str(late)]) == 0  # re-laid: one does
     capsys.readouterr()
     for command in ("replay", "diagnose"):
         assert main([command, str(late), "--capacity", "0"]) == 2
@@ -329,8 +341,9 @@ def test_the_commands_exit_alike_on_the_same_answer(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "does not fit in 1.00 GiB: 7.00 GiB is already reserved at the first trace entry" in err
         assert "SimulatedGPU" not in err
-        assert main([command, str(tmp_path)]) == 2
-        assert "is a directory, not a snapshot pickle" in capsys.readouterr().err
+    # a folder: replay wants one file; diagnose reads it as one snapshot per rank (test below)
+    assert main(["replay", str(tmp_path)]) == 2
+    assert "is a directory, not a snapshot pickle" in capsys.readouterr().err
 
 
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
@@ -362,3 +375,61 @@ def test_replay_table_json_and_header_read_right(tmp_path, capsys):
     assert main(["replay", str(path), "--check", "--json"]) == 0
     (dev,) = json.loads(capsys.readouterr().out)["devices"]
     assert dev["recorded_address"] is None and dev["reproduced_ooms"] == 1
+
+
+def test_after_a_divergence_a_trace_from_the_start_never_says_before_the_trace_began(tmp_path, capsys):
+    """Issue 24, item 6: labels follow from the file. A run traced from its first allocation has nothing from
+    before the trace; a block the replay put where the run had none is named for what it is."""
+    from minialloc import CachingAllocator, SimulatedGPU
+    from minialloc.diagnose import BEFORE_RECORDING, OFF_THE_RUN, diagnose
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("1GiB"), "roundup_power2_divisions:4")
+    a.record_memory_history()
+    keep = [a.malloc(1300 * 1024) for _ in range(3)]  # 1.5 MiB blocks under the run's rounding, 1.27 MiB natively
+    snap = a.snapshot()
+    snap["allocator_settings"] = dict(snap["allocator_settings"], roundup_power2_divisions={})  # not the run's
+    trace = read_device_trace(snap, 0)
+    assert trace.reserved_at_start == 0 and keep
+    d = diagnose(trace, snap, replay_rows=False)
+    assert d.diverged_at is not None
+    names = {h.frame for h in d.holders}
+    assert OFF_THE_RUN in names and BEFORE_RECORDING not in names
+
+
+def write_rank_snapshots(folder: Path) -> None:
+    """Three ranks of one job; rank 1 fragments its cache and then fails a request (an oom entry in its trace)."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.oom import OutOfMemoryError
+
+    for rank in range(3):
+        a = CachingAllocator(SimulatedGPU("2GiB"))
+        a.record_memory_history()
+        blocks = [a.malloc(3 * MiB) for _ in range(400)]  # six to a 20 MiB segment
+        if rank == 1:
+            for p in blocks[::2]:
+                a.free(p)  # 3 MiB holes in every segment: 600 MiB cached that no segment can give back
+            with pytest.raises(OutOfMemoryError):
+                a.malloc(1500 * MiB)
+        (folder / f"oom_rank{rank}.pickle").write_bytes(pickle.dumps(a.snapshot()))
+
+
+def test_several_ranks_give_one_table_that_names_the_rank_that_failed(tmp_path, capsys):
+    write_rank_snapshots(tmp_path)
+    files = [str(tmp_path / f"oom_rank{r}.pickle") for r in (2, 0, 1)]  # any order: sorted by rank
+    assert main(["diagnose", *files]) == 0
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines() if re.match(r"\s*\d+\s+\d+\s", line)]
+    assert [row[0] for row in table] == ["0", "1", "2"] and out.count("<- OOM") == 1
+    assert "rank 1 (device 0) failed; against the median of the 2 others:" in out
+    assert main(["diagnose", str(tmp_path), "--json"]) == 0  # a folder reads the same
+    report = json.loads(capsys.readouterr().out)
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert [r["failed"] for r in report["ranks"]] == [False, True, False]
+    failed, other = ranks[1], ranks[0]
+    assert failed["cached_free"] > other["cached_free"] and failed["largest_free_block"] < failed["cached_free"]
+    assert 0 < failed["fragmentation"] < 1 and report["verdict"].startswith("rank 1 (device 0) failed")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["diagnose", str(empty), str(tmp_path)]) == 2
+    assert "no .pickle file in it" in capsys.readouterr().err

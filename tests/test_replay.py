@@ -261,7 +261,7 @@ def test_the_expandable_rebuilt_state_under_another_setting_is_flagged():
     [a.malloc(50 * MiB) for _ in range(4)]
     snap = a.snapshot()
     trace = read_device_trace(snap, 0)
-    rows = what_if_trace(trace, recorded_config(snap), ["", "max_split_size_mb:256"], fit=False)
+    rows = what_if_trace(trace, recorded_config(snap), ["", "max_split_size_mb:256"], fit=False, relaid=False)
     assert rows[0].notes == [] and rows[1].notes and rows[2].notes
     v = verdict(rows, None)
     (note,) = [line for line in v.splitlines() if line.startswith("note:")]  # one line for both rows
@@ -282,3 +282,74 @@ def test_files_that_cannot_be_a_snapshot_are_named_for_what_they_are(tmp_path):
             load_trace_file(tmp_path / name)
         with pytest.raises(TraceError, match=words):
             read_trace(tmp_path / name)
+
+
+def expandable_run_traced_mid_run(capacity: str, oom: bool) -> dict:
+    """An expandable run whose history is switched on after its large pool was mapped: the small pools and stream
+    1's reservations are first mapped inside the trace (issue 24, item 3). With oom, the last request fails."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.oom import OutOfMemoryError
+
+    a = CachingAllocator(SimulatedGPU(capacity), "expandable_segments:True")
+    before = [a.malloc(n * MiB) for n in (40, 100, 30)]
+    a.record_memory_history()
+    xs = [a.malloc(500_000), a.malloc(50 * MiB, stream=1), a.malloc(3000, stream=1), a.malloc(64 * MiB)]
+    a.free(xs[0])
+    a.free(xs[1])
+    after = [a.malloc(700_000), a.malloc(60 * MiB, stream=1), a.malloc(20 * MiB)]
+    if oom:
+        with pytest.raises(OutOfMemoryError):
+            a.malloc(900 * MiB, stream=1)
+        after.append(a.malloc(2 * MiB, stream=1))  # the run goes on after the failure
+    assert before and after
+    return a.snapshot()
+
+
+@pytest.mark.parametrize(("capacity", "oom"), [("8GiB", False), ("600MiB", True)])
+def test_expandable_reservations_first_mapped_inside_the_trace_are_placed_where_the_run_had_them(capacity, oom):
+    from minialloc.replay import check_trace
+    from minialloc.trace import read_device_trace, recorded_config
+
+    snap = expandable_run_traced_mid_run(capacity, oom)
+    kinds = {(s["stream"], s["segment_type"]) for s in snap["segments"]}
+    assert kinds == {(0, "large"), (0, "small"), (1, "large"), (1, "small")}
+    trace = read_device_trace(snap, 0)
+    assert trace.reserved_at_start == 180 * 2**20  # only stream 0's large pool was mapped at the first entry
+    check = check_trace(trace, recorded_config(snap))
+    assert check.ok and check.at_recorded_address == check.allocations, check.summary()
+    assert check.recorded_ooms == check.reproduced_ooms == (1 if oom else 0)
+    assert (check.capacity is not None) == oom
+
+
+def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_blocks(tmp_path, capsys):
+    """Issue 24: the what-if for a trace switched on mid-run. Each config's re-laid row starts from the live
+    blocks at the first entry only (same sizes, streams), placed by that config's policy."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.replay import replay_trace, what_if_trace
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("4GiB"), "")
+    kept = [a.malloc(n * MiB) for n in (30, 5, 7, 12)]
+    for p in kept[1::2]:
+        a.free(p)  # holes the run keeps cached: the state at the first entry is fragmented
+    a.record_memory_history()
+    later = [a.malloc(n * MiB) for n in (25, 3)]
+    a.free(kept[0])
+    snap = a.snapshot()
+    trace = read_device_trace(snap, 0)
+    rows = what_if_trace(trace, "", ["expandable_segments:True"], fit=False)
+    assert [r.label for r in rows] == ["as recorded (native)", "native, re-laid", "expandable_segments:True, re-laid"]
+    assert [r.relaid for r in rows] == [False, True, True]
+    # re-laid, the live blocks (30 and 7 MiB; the holes were free) need less than the run's segments held
+    assert rows[1].peak_reserved < rows[0].peak_reserved == trace.recorded_peak_reserved
+    _, relaid = replay_trace(trace, "", relaid=True, until=trace.ops[0][1])
+    assert relaid.memory_allocated() == sum(b["size"] for s in trace.start_segments for b in s["blocks"]
+                                            if b["state"] == "active_allocated")
+    assert what_if_trace(trace, "", ["expandable_segments:True"], fit=False, relaid=False)[1].label == \
+        "expandable_segments:True"
+    path = tmp_path / "mid.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    assert main(["replay", str(path), "--no-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "re-laid from the live blocks at the first entry:" in out and "rows marked re-laid start from the 2" in out
+    assert later
