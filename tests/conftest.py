@@ -11,8 +11,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 MARKED_FILES = {
     "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
-                 "test_cert_gradebook.py"},
-    "browser": {"test_browser.py"},
+                 "test_cert_gradebook.py", "test_grading_browser.py"},
+    "browser": {"test_browser.py", "test_grading_browser.py"},
     "slow": {"test_binder.py", "test_wheel_contents.py"},
     "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
 }

@@ -175,19 +175,30 @@ class Request:
 def test_the_policy_per_path(path, kind):
     transform = guard.ContentSecurityPolicy(Request(path))
     body = f'<script nonce="{guard.PLACEHOLDER}">x</script>'.encode() if kind == "page" else b"<script>x</script>"
-    headers = {"Content-Type": "text/html; charset=UTF-8", "Content-Length": str(len(body))}
+    headers = {"Content-Type": "text/html; charset=UTF-8", "Content-Length": str(len(body)), "Etag": '"e"'}
     _, out, chunk = transform.transform_first_chunk(200, dict(headers), body, True)
     policy = out.get("Content-Security-Policy")
     if kind is None:
         assert policy is None and chunk == body
-    elif kind == "file":
+        return
+    assert out["X-Content-Type-Options"] == "nosniff"
+    if kind == "file":
         assert policy == guard.FILE_POLICY and chunk == body and policy.startswith("sandbox;")
     else:
         nonce = re.search(r"'nonce-([^']+)'", policy).group(1)
         assert chunk == f'<script nonce="{nonce}">x</script>'.encode() and len(chunk) == len(body)
+        assert out["Cache-Control"] == "no-store" and "Etag" not in out  # no page kept with an old nonce
         assert guard.PLACEHOLDER not in policy and "'unsafe-inline'" not in policy.split("style-src")[0]
+        for directive in ("img-src 'self' data:", "object-src 'none'", "base-uri 'none'", "form-action 'self'"):
+            assert directive in policy, (directive, policy)
+        assert "'self'" not in policy.split("script-src")[1].split(";")[0]  # no script file of a submission
         again = guard.ContentSecurityPolicy(Request(path)).transform_first_chunk(200, dict(headers), body, True)
         assert again[1]["Content-Security-Policy"] != policy  # a fresh nonce per response
+
+
+def test_a_not_modified_reply_keeps_the_cached_response_headers():
+    transform = guard.ContentSecurityPolicy(Request("/formgrader/static/js/utils.js"))
+    assert transform.transform_first_chunk(304, {}, b"", True) == (304, {}, b"")
 
 
 def test_a_served_file_that_holds_the_placeholder_gets_no_nonce_unless_it_is_a_page():

@@ -89,13 +89,17 @@ class ContentSecurityPolicy(OutputTransform):
         self.guarded = GUARDED.search(request.path or "") is not None
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
-        if not self.guarded:
+        if not self.guarded or status_code == 304:  # a 304's headers would replace those of the cached response
             return status_code, headers, chunk
         marker = PLACEHOLDER.encode()
         if marker in chunk and headers.get("Content-Type", "").startswith("text/html"):
             nonce = secrets.token_urlsafe(24)
             chunk = chunk.replace(marker, nonce.encode())
             headers["Content-Security-Policy"] = page_policy(nonce, self.hashes)
+            # never reused: tornado's Etag is of the page before the nonce, and a page revalidated from the
+            # browser's cache would keep an old nonce
+            headers.pop("Etag", None)
+            headers["Cache-Control"] = "no-store"
         else:
             headers["Content-Security-Policy"] = FILE_POLICY
         headers["X-Content-Type-Options"] = "nosniff"
