@@ -2,7 +2,7 @@
 
 A temporary course is graded with the repository's nbgrader_config.py through nbgrader's own commands
 (generate_assignment, autograde, generate_feedback, export), then served by JupyterLab as `make grade` starts it
-(quizzes/grader/grade_server_config.py) and opened in Debian's Chromium under Playwright (never `playwright
+(the Makefile's GRADE_GUARD) and opened in Debian's Chromium under Playwright (never `playwright
 install`). The attacks of issue 22:
 
 - mallory's submission: a markdown answer with a javascript: link spelled with an entity (`javascript&colon;`), a
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 import time
@@ -35,7 +36,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADE_SERVER_CONFIG = ROOT / "quizzes" / "grader" / "grade_server_config.py"
+# the options `make grade` and `make grade-quiz` add to JupyterLab's command line, read from the Makefile
+GRADE_GUARD = re.search(r"^GRADE_GUARD := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -183,7 +185,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(course: Course, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """JupyterLab as `make grade` starts it (its --config), on the temporary course."""
+    """JupyterLab as `make grade` starts it (the Makefile's GRADE_GUARD), on the temporary course."""
     tmp = tmp_path_factory.mktemp("grading-lab")
     port = free_port()
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
@@ -194,7 +196,7 @@ def server(course: Course, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         process = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
              "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={course.root}",
-             "--ServerApp.port_retries=0", f"--config={GRADE_SERVER_CONFIG}",
+             "--ServerApp.port_retries=0", *GRADE_GUARD,
              *(["--allow-root"] if os.geteuid() == 0 else [])],
             cwd=course.root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -81,6 +81,7 @@ def test_what_stays_and_what_goes():
         f"![fig](figure.png) ![inline](data:image/png;base64,{PNG}) ![svg](data:image/svg+xml;base64,PHN2Zz4=)\n\n"
         "<img src=x onerror=alert(1)><svg onload=alert(2)><circle/></svg><script>alert(3)</script>"
         "<style>body{display:none}</style><iframe src=https://example.org></iframe>"
+        "<form action=https://example.org><input name=q><button>go</button></form>"
         "<div id=base_url style='position:fixed' onclick=alert(4)>kept text</div><!-- a comment -->")
     assert not policy_breaches(shown), policy_breaches(shown)
     hrefs = [a.get("href") for t, a in Elements(shown).found if t == "a"]
@@ -91,6 +92,7 @@ def test_what_stays_and_what_goes():
     assert srcs == ["figure.png", f"data:image/png;base64,{PNG}", None, "x"], srcs
     assert ">notes<" in shown and ">dir<" in shown and "kept text" in shown
     assert "alert" not in shown and "comment" not in shown and "display:none" not in shown
+    assert "<form" not in shown and "<input" not in shown and "<button" not in shown
     assert f'id="{ID_PREFIX}base_url"' in shown and "position" not in shown
 
 

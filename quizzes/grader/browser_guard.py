@@ -1,7 +1,7 @@
 """A Jupyter Server extension for the JupyterLab that grades: nbgrader's formgrader runs none of the students' script.
 
-`make grade` and `make grade-quiz` load it (`--config` with quizzes/grader/grade_server_config.py). It does three
-things, each independent of the others:
+`make grade` and `make grade-quiz` load it (`--ServerApp.jpserver_extensions=quizzes.grader.browser_guard=True`).
+It does three things, each independent of the others:
 
 1. A Content-Security-Policy on every response under `formgrader/`, `files/` and `nbconvert/`. The formgrader's
    own pages (its templates hold inline scripts and onclick handlers) get a policy that allows script tags carrying
