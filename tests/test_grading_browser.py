@@ -375,6 +375,19 @@ def submission_id(course: Course, student: str) -> str:
         return gb.find_submission_notebook(NAME, NAME, student).id
 
 
+def manual_score(course: Course, student: str, grade_id: str, wait_s: float = 15) -> float | None:
+    """The grade the formgrader saved for a cell, once it is there (the form saves as the field loses focus)."""
+    from nbgrader.api import Gradebook
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        with Gradebook(f"sqlite:///{course.course / 'gradebook.db'}") as gb:
+            score = gb.find_grade(grade_id, NAME, NAME, student).manual_score
+        if score is not None or time.monotonic() > deadline:
+            return score
+        time.sleep(0.5)
+
+
 def test_no_payload_runs_in_the_formgrader(course: Course, server: Server, browser: Browser):
     quoted = urllib.parse.quote(HOSTILE_ID, safe="")
     pages = {
@@ -400,6 +413,10 @@ def test_no_payload_runs_in_the_formgrader(course: Course, server: Server, brows
         if name in ("mallory", "hostile"):  # the notebook is there, with the grading form
             page.locator("input.score").first.wait_for()
             assert page.get_by_text("Write f, then explain it.").count() == 1
+        if name == "mallory":  # and the form saves a grade (the formgrader's scripts, under the policy)
+            page.locator("input.score#written").fill("1")
+            page.locator("input.score#written").press("Tab")
+            assert manual_score(course, "mallory", "written") == 1.0
         page.close()
     # the hostile notebook's links were there to click: the sanitizer left their text, without a target
     assert {"entity link", "my notes", "raw link"} <= set(clicks["hostile"]), clicks
