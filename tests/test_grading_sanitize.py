@@ -170,10 +170,17 @@ class Request:
         self.path = path
 
 
+def test_the_guarded_paths_start_after_the_base_url():
+    assert guard.is_guarded("/formgrader", "/") and guard.is_guarded("/user/a/files/x.html", "/user/a/")
+    assert not guard.is_guarded("/lab/tree/files/x.html", "/") and not guard.is_guarded("/formgraders/x", "/")
+    assert not guard.is_guarded("/formgrader/x", "/user/a/") and not guard.is_guarded("/api/contents/files", "/")
+
+
 @pytest.mark.parametrize("path, kind", [
-    ("/formgrader/manage_students", "page"), ("/user/a/formgrader/submissions/1/", "page"),
+    ("/formgrader/manage_students", "page"), ("/formgrader/submissions/1/", "page"),
     ("/formgrader/submissions/1/notes.html", "file"), ("/files/labs/feedback/x/a1/a1.html", "file"),
-    ("/nbconvert/html/labs/autograded/x/a1/a1.ipynb", "file"), ("/lab", None), ("/api/contents", None)])
+    ("/nbconvert/html/labs/autograded/x/a1/a1.ipynb", "file"), ("/lab", None), ("/api/contents", None),
+    ("/lab/tree/files/notes.html", None)])
 def test_the_policy_per_path(path, kind):
     transform = guard.ContentSecurityPolicy(Request(path))
     body = f'<script nonce="{guard.PLACEHOLDER}">x</script>'.encode() if kind == "page" else b"<script>x</script>"

@@ -36,7 +36,7 @@ from . import sanitize
 
 # 32 characters, the length of every nonce: the response's length does not change when one replaces it
 PLACEHOLDER = secrets.token_urlsafe(24)
-GUARDED = re.compile(r"/(formgrader|files|nbconvert)(/|$)")
+GUARDED = ("formgrader", "files", "nbconvert")  # the first part of a path, after the server's base URL
 SCRIPT_TAG = re.compile(r"<script\b", re.I)
 INLINE_HANDLER = re.compile(r"""\son[a-z]+\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.I)
 # what a served file may do: show text, images and styles; no script, no plugin, no form, an origin of its own
@@ -79,14 +79,22 @@ class NonceLoader(BaseLoader):
         return self.inner.list_templates()
 
 
+def is_guarded(path: str, base_url: str = "/") -> bool:
+    """Whether a request path is one the policy covers (not JupyterLab's own pages, whatever their folders' names)."""
+    if not path.startswith(base_url):
+        return False
+    return path[len(base_url):].split("/", 1)[0] in GUARDED
+
+
 class ContentSecurityPolicy(OutputTransform):
     """Tornado output transform: the policy on guarded paths, the nonce swapped into the page."""
 
     hashes: list[str] = []
+    base_url = "/"  # the server's (ServerApp.base_url), set when the extension loads
 
     def __init__(self, request):
         super().__init__(request)
-        self.guarded = GUARDED.search(request.path or "") is not None
+        self.guarded = is_guarded(request.path or "", self.base_url)
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         if not self.guarded or status_code == 304:  # a 304's headers would replace those of the cached response
@@ -159,6 +167,7 @@ def _jupyter_server_extension_points():
 def _load_jupyter_server_extension(serverapp) -> None:
     webapp = serverapp.web_app
     ContentSecurityPolicy.hashes = handler_hashes(template_sources())
+    ContentSecurityPolicy.base_url = webapp.settings.get("base_url") or "/"
     webapp.transforms.insert(0, ContentSecurityPolicy)  # before compression: it reads and edits the page
 
     def guard() -> None:  # nbgrader's formgrader extension may load after this one: guard once all are loaded
