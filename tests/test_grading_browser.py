@@ -484,3 +484,12 @@ def test_the_export_is_quoted_and_forges_no_row(course: Course):
     assert "mallory" in ids and "eve" not in ids, ids  # the forged id is one field, not a row of its own
     assert not [f for row in rows[1:] for f in row if f[:1] in ("=", "+", "-", "@", "\t", "\r")], rows
     assert all(line.startswith('"') for line in text.splitlines()), text[:500]
+
+
+def test_jupyterlab_itself_is_left_alone(server: Server):
+    """The guard covers nbgrader's pages and served files, not JupyterLab's own pages and API."""
+    for path in ("/lab", "/api/contents/course"):
+        request = urllib.request.Request(f"{server.url}{path}", headers={"Referer": f"{server.url}/lab"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            policy = reply.headers.get("Content-Security-Policy", "")
+            assert reply.status == 200 and "sandbox" not in policy and "nonce-" not in policy, (path, policy)
