@@ -67,9 +67,12 @@ course: $(COURSE_STAMP) labs/exchange
 	$(LAB) --LabApp.default_url=/lab/tree/course/00_start_here.ipynb
 
 # The instructor's first command: nbgrader's formgrader on the course directory labs/ (assignments, submissions,
-# the gradebook), in the same JupyterLab.
+# the gradebook), in the same JupyterLab, with the grader's browser defences (quizzes/grader/browser_guard.py: a
+# Content-Security-Policy on the formgrader and on served files, escaped and sanitized formgrader pages). The
+# extension is named on the command line, so the instructor's own Jupyter configuration still applies.
+GRADE_GUARD := --ServerApp.jpserver_extensions=quizzes.grader.browser_guard=True
 grade: $(COURSE_STAMP) labs/exchange
-	$(LAB) --LabApp.default_url=/formgrader
+	$(LAB) $(GRADE_GUARD) --LabApp.default_url=/formgrader
 
 # nbgrader's exchange on this machine (nbgrader_config.py: Exchange.root), shared and sticky as nbgrader wants it;
 # release and collect through it also need CourseDirectory.course_id (labs/README.md)
@@ -79,7 +82,7 @@ labs/exchange:
 # The graded quiz is a course of its own (quizzes/graded/, built by `python -m quizzes build-graded --bank DIR`):
 # its formgrader, served from there so nbgrader reads that course's nbgrader_config.py.
 grade-quiz: $(COURSE_STAMP)
-	cd quizzes/graded && $(subst $(BIN)/,$(CURDIR)/$(BIN)/,$(LAB)) --LabApp.default_url=/formgrader
+	cd quizzes/graded && $(subst $(BIN)/,$(CURDIR)/$(BIN)/,$(LAB)) $(GRADE_GUARD) --LabApp.default_url=/formgrader
 
 # The whole test suite: lint, then every test (notebooks, nbgrader, a real browser and Binder included). The system
 # packages come first, so that a machine that lacks them says so before pip's minutes.

@@ -18,6 +18,8 @@ import os
 from nbgrader.converters.autograde import Autograde
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, OverwriteCells, SaveAutoGrades
 
+from quizzes.grader import sanitize
+from quizzes.grader.export import SafeCsvExportPlugin
 from quizzes.grader.intake import CheckedCollect, install
 from quizzes.grader.labgrade import LabGrade
 from quizzes.grader.preprocessors import (
@@ -104,10 +106,12 @@ c.Autograde.create_student = True  # a student missing from the gradebook is add
 # material: the issuer key's default place is checked, add yours
 c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks, InertOutputs,
                                     ScanForKeys, "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-# any HTML left in outputs is cleaned where it is rendered: the feedback and the formgrader (both build their
-# HTMLExporter from this configuration; nbgrader's templates render markdown cells unsanitized, so InertOutputs
-# turns an active markdown cell into text)
+# what is left is cleaned where it is rendered, by an allow-list sanitizer (nh3: quizzes/grader/sanitize.py):
+# nbgrader's feedback template renders markdown cells with the `markdown2html` filter and no cleaning, and HTML
+# outputs with `clean_html` when sanitize_html is on; both filters are replaced by sanitizing ones. The formgrader
+# gets the same filters from quizzes/grader/browser_guard.py (`make grade` loads it).
 c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"markdown2html": sanitize.markdown2html, "clean_html": sanitize.clean_html}
 c.ScanForKeys.key_files = ["~/.minialloc-issuer/issuer-ed25519.pem"]
 
 # === Labs (labs/source/lab*) =====================================================================================
@@ -120,3 +124,8 @@ c.LabGrade.total_timeout = 600
 
 # === Graded quizzes ==============================================================================================
 # quizzes/graded/ is a course of its own with its own nbgrader_config.py (run nbgrader from there).
+
+# === export ======================================================================================================
+# `nbgrader export` writes grades.csv with every field quoted and no field a spreadsheet formula (nbgrader's own
+# plugin joins fields unquoted): quizzes/grader/export.py
+c.ExportApp.plugin_class = SafeCsvExportPlugin

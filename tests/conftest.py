@@ -11,8 +11,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 MARKED_FILES = {
     "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
-                 "test_cert_gradebook.py", "test_sandbox_packages.py"},
-    "browser": {"test_browser.py"},
+                 "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py"},
+    "browser": {"test_browser.py", "test_grading_browser.py"},
     "slow": {"test_binder.py", "test_wheel_contents.py"},
     "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
 }
@@ -41,6 +41,7 @@ MARKED_TESTS = {
         ("test_gpu_check.py", "test_without_torch_and_cupy_it_says_so_in_one_line_and_still_prints_the_table"),
         ("test_kernels.py", "test_the_comparison_catches_a_missing_stride_and_a_missing_atomic"),
         ("test_cert_credential.py", "test_rdfc_round_trip_and_any_change_fails"),
+        ("test_grading_sanitize.py", "test_export_quotes_every_field_and_forges_no_row"),
         ("test_compaction.py", "test_defragment_makes_a_failing_request_fit"),
         ("test_compaction.py", "test_release_empty_gives_whole_segments_back"),
         ("test_diagnose.py", "test_diagnose_a_real_training_step_at_its_peak"),

@@ -8,6 +8,10 @@
   plain answers, outputs made inert, feedback without test-cell output, hidden tests or private-key material.
 - `quizzes.grader.intake`: a submission folder holding a link or a special file is refused before nbgrader reads
   anything in it (autograde and collect).
+- `quizzes.grader.sanitize`: the allow-list HTML sanitizer (nh3) for what nbgrader renders of a submission;
+  `quizzes.grader.browser_guard`: the Jupyter Server extension `make grade` loads (a Content-Security-Policy on the
+  formgrader and on served files, its templates escaped and sanitized); `quizzes.grader.export`: `nbgrader export`
+  as a quoted, formula-free CSV.
 
 The repository's nbgrader_config.py installs all of it; docs/grading.md says what each part defends.
 """

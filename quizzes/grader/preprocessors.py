@@ -550,10 +550,12 @@ class InertOutputs(Preprocessor):
     were (a text/plain is made when there was none). Output metadata is dropped (its width and height are written
     into the <img> tag), and so are markdown attachments other than PNG and JPEG, and the notebook's widget state.
     Streams and errors are text that nbconvert escapes. A markdown cell (a student's written answer, a cell they
-    added or edited) whose rendering holds anything but formatting, links and images with ordinary URLs (a script,
-    an event handler, a javascript: link, a comment) becomes a code block of its text, after a note: nbgrader's
-    feedback and formgrade templates render markdown without nbconvert's sanitizer (HTMLExporter.sanitize_html
-    covers outputs only there). What was removed goes to the notebook's metadata (`grader_inert`).
+    added or edited) whose rendering holds anything but formatting, http(s), mailto and in-page links and images
+    (a script, an event handler, a javascript: link however its scheme is spelled, a relative link to a file, a
+    comment) becomes a code block of its text, after a note, so the instructor sees what was written. This is a
+    first line: the feedback and the formgrader render every markdown cell through the allow-list sanitizer of
+    quizzes/grader/sanitize.py whatever this decided. What was removed goes to the notebook's metadata
+    (`grader_inert`).
     """
 
     enabled = Bool(True)
@@ -611,9 +613,12 @@ SAFE_TAGS = frozenset(
     "kbd li ol p pre q s samp small span strike strong sub summary sup table tbody td tfoot th thead tr tt u ul "
     "var".split())
 SAFE_ATTRIBUTES = frozenset("alt align class colspan height href id rowspan src start title width".split())
-URL_ATTRIBUTES = frozenset({"href", "src"})
-SAFE_URL = re.compile(r"(https?:|mailto:|attachment:|data:image/(png|jpeg|gif);base64,|[#/?.]|[^:/?#]*([/?#]|$))",
-                      re.I)
+# a link leads to http(s), mail or this page (#...): a relative link would open a file of the submission, which the
+# formgrader serves from the course's origin; an image may also be relative (an image runs no script) or inline
+SAFE_URL = {
+    "href": re.compile(r"(https?:|mailto:|#)", re.I),
+    "src": re.compile(r"(https?:|attachment:|data:image/(png|jpeg|gif);base64,|[#/?.]|[^:/?#]*([/?#]|$))", re.I),
+}
 
 
 class _MarkdownCheck(HTMLParser):
@@ -630,9 +635,9 @@ class _MarkdownCheck(HTMLParser):
         for name, value in attrs:
             if name not in SAFE_ATTRIBUTES:
                 self._flag(f"attribute {name}")
-            elif name in URL_ATTRIBUTES:
+            elif name in SAFE_URL:  # the value as a browser reads it: entities decoded (convert_charrefs)
                 url = re.sub(r"[\x00-\x20\x7f]+", "", value or "")
-                if not SAFE_URL.match(url):
+                if not SAFE_URL[name].match(url):
                     self._flag(f"{name} URL")
 
     handle_startendtag = handle_starttag
@@ -655,9 +660,7 @@ def markdown_activity(source) -> str | None:
     from nbconvert.filters.markdown import markdown2html
 
     text = "".join(source) if isinstance(source, list) else str(source)
-    if "<" not in text and ":" not in text:
-        return None
-    check = _MarkdownCheck()
+    check = _MarkdownCheck()  # every cell: `[x](javascript&colon;...)` has no ":" and renders as a javascript: link
     check.feed(markdown2html(text))
     check.close()
     if check.rawdata.strip():

@@ -1,0 +1,179 @@
+"""A Jupyter Server extension for the JupyterLab that grades: nbgrader's formgrader runs none of the students' script.
+
+`make grade` and `make grade-quiz` load it (`--ServerApp.jpserver_extensions=quizzes.grader.browser_guard=True`).
+It does three things, each independent of the others:
+
+1. A Content-Security-Policy on every response under `formgrader/`, `files/` and `nbconvert/`. The formgrader's
+   own pages (its templates hold inline scripts and onclick handlers) get a policy that allows script tags carrying
+   this response's nonce and the templates' own event handlers (by hash, 'unsafe-hashes'), and nothing else: no
+   other script tag or file, no other event handler attribute, no javascript: URL. Every other response there (a
+   file of a submission the formgrader serves from the autograded folder, a feedback or notebook file JupyterLab
+   serves, an nbconvert export) gets `sandbox` with no script at all.
+   How the nonce gets there: the templates' source (nbgrader's and nbconvert's, never what a student wrote) has a
+   per-process secret placeholder put into each `<script` tag as the loader reads it; an output transform swaps it
+   for a fresh random nonce per response and sends the policy with it.
+2. The formgrader's own pages (manage students, gradebook...) are rendered with Jinja's autoescape: nbgrader 0.9
+   prints the student id from the URL and other names unescaped.
+3. The formgrader's notebook page (formgrade): the student id, names and the notebook's and assignment's names are
+   escaped before nbgrader's template prints them raw, and markdown cells and HTML outputs go through the
+   allow-list sanitizer (quizzes/grader/sanitize.py), as the feedback does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import secrets
+from collections.abc import Iterable
+
+from jinja2 import BaseLoader, Environment, FileSystemLoader
+from tornado.ioloop import IOLoop
+from tornado.web import OutputTransform
+
+from . import sanitize
+
+# 32 characters, the length of every nonce: the response's length does not change when one replaces it
+PLACEHOLDER = secrets.token_urlsafe(24)
+GUARDED = ("formgrader", "files", "nbconvert")  # the first part of a path, after the server's base URL
+SCRIPT_TAG = re.compile(r"<script\b", re.I)
+INLINE_HANDLER = re.compile(r"""\son[a-z]+\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.I)
+# what a served file may do: show text, images and styles; no script, no plugin, no form, an origin of its own
+FILE_POLICY = ("sandbox; default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+               "font-src 'self' data:; frame-ancestors 'self'")
+
+
+def with_nonce_placeholder(source: str) -> str:
+    """A template's source with the placeholder nonce on each of its script tags."""
+    return SCRIPT_TAG.sub(f'<script nonce="{PLACEHOLDER}"', source)
+
+
+def handler_hashes(sources: Iterable[str]) -> list[str]:
+    """CSP hash sources ('sha256-...') of the inline event handlers written in these templates."""
+    found = {double or single for s in sources for double, single in INLINE_HANDLER.findall(s)}
+    return sorted(f"'sha256-{base64.b64encode(hashlib.sha256(h.encode()).digest()).decode()}'" for h in found)
+
+
+def page_policy(nonce: str, hashes: Iterable[str]) -> str:
+    """The formgrader pages' policy: only script tags carrying the nonce (every script tag of the templates, files
+    of the server included; not a script file of a submission, which the formgrader serves from the same origin) and
+    the templates' own event handlers."""
+    scripts = " ".join([f"'nonce-{nonce}'", *(["'unsafe-hashes'", *hashes] if hashes else [])])
+    return (f"default-src 'self'; script-src {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+            "frame-ancestors 'self'")
+
+
+class NonceLoader(BaseLoader):
+    """Another loader's templates, with the placeholder nonce on their script tags."""
+
+    def __init__(self, inner: BaseLoader):
+        self.inner = inner
+
+    def get_source(self, environment, template):
+        source, filename, uptodate = self.inner.get_source(environment, template)
+        return with_nonce_placeholder(source), filename, uptodate
+
+    def list_templates(self):
+        return self.inner.list_templates()
+
+
+def is_guarded(path: str, base_url: str = "/") -> bool:
+    """Whether a request path is one the policy covers (not JupyterLab's own pages, whatever their folders' names)."""
+    if not path.startswith(base_url):
+        return False
+    return path[len(base_url):].split("/", 1)[0] in GUARDED
+
+
+class ContentSecurityPolicy(OutputTransform):
+    """Tornado output transform: the policy on guarded paths, the nonce swapped into the page."""
+
+    hashes: list[str] = []
+    base_url = "/"  # the server's (ServerApp.base_url), set when the extension loads
+
+    def __init__(self, request):
+        super().__init__(request)
+        self.guarded = is_guarded(request.path or "", self.base_url)
+
+    def transform_first_chunk(self, status_code, headers, chunk, finishing):
+        if not self.guarded or status_code == 304:  # a 304's headers would replace those of the cached response
+            return status_code, headers, chunk
+        marker = PLACEHOLDER.encode()
+        if marker in chunk and headers.get("Content-Type", "").startswith("text/html"):
+            nonce = secrets.token_urlsafe(24)
+            chunk = chunk.replace(marker, nonce.encode())
+            headers["Content-Security-Policy"] = page_policy(nonce, self.hashes)
+            # never reused: tornado's Etag is of the page before the nonce, and a page revalidated from the
+            # browser's cache would keep an old nonce
+            headers.pop("Etag", None)
+            headers["Cache-Control"] = "no-store"
+        else:
+            headers["Content-Security-Policy"] = FILE_POLICY
+        headers["X-Content-Type-Options"] = "nosniff"
+        return status_code, headers, chunk
+
+
+class EscapingExporter:
+    """The formgrader's HTMLExporter, given the student's names escaped: nbgrader's formgrade template prints
+    resources.student, first_name, last_name, notebook_id and assignment_id as they are."""
+
+    def __init__(self, exporter):
+        self.exporter = exporter
+
+    def from_filename(self, filename, resources=None, **kw):
+        resources = {k: sanitize.escape_text(v) if isinstance(v, str) and k != "base_url" else v
+                     for k, v in (resources or {}).items()}
+        return self.exporter.from_filename(filename, resources=resources, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.exporter, name)
+
+
+def guard_formgrader(settings: dict) -> bool:
+    """Put autoescape, the nonce loader and the sanitizer into the formgrader's settings (False: not loaded)."""
+    env, exporter = settings.get("nbgrader_jinja2_env"), settings.get("nbgrader_exporter")
+    if env is None or exporter is None or isinstance(exporter, EscapingExporter):
+        return isinstance(exporter, EscapingExporter)
+    from nbgrader.server_extensions.formgrader.handlers import template_path
+
+    settings["nbgrader_jinja2_env"] = Environment(loader=NonceLoader(FileSystemLoader([template_path])),
+                                                  autoescape=True)
+    exporter.sanitize_html = True  # the classic template cleans text/html outputs with clean_html
+    exporter.environment.loader = NonceLoader(exporter.environment.loader)
+    exporter.register_filter("markdown2html", sanitize.markdown2html)
+    exporter.register_filter("clean_html", sanitize.clean_html)
+    settings["nbgrader_exporter"] = EscapingExporter(exporter)
+    return True
+
+
+def template_sources() -> list[str]:
+    """The source of every formgrader template (where the inline handlers are)."""
+    from nbgrader.server_extensions.formgrader.handlers import template_path
+
+    sources = []
+    for folder, _, files in os.walk(template_path):
+        for name in files:
+            if name.endswith((".tpl", ".j2", ".html")):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    sources.append(f.read())
+    return sources
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "quizzes.grader.browser_guard"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    webapp = serverapp.web_app
+    ContentSecurityPolicy.hashes = handler_hashes(template_sources())
+    ContentSecurityPolicy.base_url = webapp.settings.get("base_url") or "/"
+    webapp.transforms.insert(0, ContentSecurityPolicy)  # before compression: it reads and edits the page
+
+    def guard() -> None:  # nbgrader's formgrader extension may load after this one: guard once all are loaded
+        if not guard_formgrader(webapp.settings):
+            serverapp.log.error("browser_guard: nbgrader's formgrader is not loaded; its pages are not escaped")
+
+    guard_formgrader(webapp.settings)
+    IOLoop.current().add_callback(guard)
+    serverapp.log.info("browser_guard: Content-Security-Policy on formgrader/, files/ and nbconvert/")
