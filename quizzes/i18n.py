@@ -29,6 +29,12 @@ UI: dict[str, dict[str, str]] = {
     "finish": {"en": "See my score", "vi": "Xem điểm", "de": "Ergebnis anzeigen"},
     "retry": {"en": "Start again", "vi": "Làm lại từ đầu", "de": "Von vorn beginnen"},
     "language": {"en": "Language", "vi": "Ngôn ngữ", "de": "Sprache"},
+    "rerun": {  # the quiz's last line: a reopened notebook shows the saved quiz, but no kernel answers its buttons
+        "en": "The buttons need this notebook's kernel: after reopening the notebook, run this cell again.",
+        "vi": "Các nút cần kernel của notebook này: sau khi mở lại notebook, hãy chạy lại ô này.",
+        "de": "Die Schaltflächen brauchen den Kernel dieses Notebooks: Führen Sie diese Zelle nach dem erneuten "
+              "Öffnen des Notebooks noch einmal aus.",
+    },
     "your_answer": {"en": "Your answer", "vi": "Câu trả lời", "de": "Ihre Antwort"},
     "correct": {"en": "Correct.", "vi": "Chính xác.", "de": "Richtig."},
     "wrong": {

@@ -57,6 +57,9 @@ class PracticeQuiz(w.VBox):
         self._next = w.Button(icon="arrow-right", layout=fit)
         self._retry = w.Button(icon="refresh", layout=fit)
         self._feedback = w.HTML(layout=_FULL)
+        # saved widget state (the learner's JupyterLab saves it) redraws the quiz in a reopened notebook, where no
+        # kernel answers the buttons: this line says what to do then
+        self._rerun = w.HTML(layout=_FULL)
 
         self._lang.observe(self._on_lang, "value")
         self._check.on_click(lambda _: self.submit())
@@ -73,6 +76,7 @@ class PracticeQuiz(w.VBox):
             self._answer,
             w.HBox([self._check, self._next, self._retry]),
             self._feedback,
+            self._rerun,
         ], layout=w.Layout(border="1px solid var(--jp-border-color2, #ccc)", padding="0.5em 1em"))
         self.add_class("minialloc-quiz")
         self._show()
@@ -138,6 +142,7 @@ class PracticeQuiz(w.VBox):
         self._title.value = f"<b>{html.escape(pick(s.title, lang))}</b>"
         self._check.description = ui("check", lang)
         self._retry.description = ui("retry", lang)
+        self._rerun.value = f"<div style='font-size:85%;color:#555'>{html.escape(ui('rerun', lang))}</div>"
         self._update_progress()
         if s.finished:
             self._question.value = ""

@@ -12,6 +12,8 @@ is missing, or the browser cannot start, the tests fail: they are part of what C
 - The README's first command, `make course`, exactly as written (as root in CI: JupyterLab then needs
   --allow-root, which the Makefile adds for root only), in a copy of the repository: its start page opens in
   Chromium with the URL and token the command prints, and nbgrader's formgrader on the same server lists the labs.
+- That JupyterLab is the learner's: no nbgrader Validate button, and a practice quiz run, saved and reopened after
+  its kernel is gone shows the saved quiz, not "model not found". `make grade`'s JupyterLab keeps Validate.
 Screenshots go to test-artifacts/browser/ (ignored by git); CI can keep them as artifacts.
 """
 
@@ -340,6 +342,7 @@ def test_practice_quiz_feedback_and_language(lab: Lab, page):
 # -- the README's first command ----------------------------------------------------------------------------------
 FIRST_COMMAND = ["make", "course"]  # exactly as the README's quick start writes it
 TOKEN_URL = re.compile(r"(http://127\.0\.0\.1:(\d+)/lab/tree/course/00_start_here\.ipynb\?token=([0-9a-f]+))")
+SERVER_URL = re.compile(r"(http://127\.0\.0\.1:(\d+)/\S*\?token=([0-9a-f]+))")  # any make target's start page
 
 
 def test_readme_first_command_is_make_course():
@@ -349,41 +352,54 @@ def test_readme_first_command_is_make_course():
     assert first.split("#")[0].split() == FIRST_COMMAND
 
 
-@pytest.fixture(scope="module")
-def first_command(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
-    """`make course` in a copy of the repository sharing this checkout's .venv; yields (start page URL with token,
-    token, log). The environment only moves the port off 8888 (the Makefile's PORT ?= default reads it)."""
-    tmp = tmp_path_factory.mktemp("first-command")
+@dataclass
+class MadeLab:
+    """A JupyterLab that a make target started in a copy of the repository."""
+    url: str  # the URL the command prints, with its token
+    token: str
+    log: Path
+    root: Path  # the copy: what the notebooks save lands here
+
+    @property
+    def base(self) -> str:
+        return self.url.split("/lab/", 1)[0].split("/formgrader", 1)[0]
+
+
+def serve_make_target(command: list[str], tmp: Path) -> Iterator[MadeLab]:
+    """COMMAND (`make TARGET`) in a copy of the repository sharing this checkout's .venv, until the generator is closed.
+    The environment only moves the port off 8888 (the Makefile's PORT ?= default reads it)."""
     root = tmp / "repo"
     shutil.copytree(ROOT, root, ignore=COPY_IGNORE)  # copy2: the venv's stamp stays newer than pyproject.toml
     (root / ".venv").symlink_to(ROOT / ".venv")
     # the install layers `make course` would run here (the course's, or the GPU's where a driver answers)
-    dry_run = subprocess.run(["make", "-n", "course"], cwd=root, capture_output=True, text=True, check=True).stdout
+    target = command[-1]
+    dry_run = subprocess.run(["make", "-n", target], cwd=root, capture_output=True, text=True, check=True).stdout
     if "touch .venv/bin/.installed-" in dry_run:  # make would install into the shared venv, pointing it at this copy
-        pytest.fail(".venv lacks a layer `make course` needs, or is older than pyproject.toml or the Makefile: "
+        pytest.fail(f".venv lacks a layer `make {target}` needs, or is older than pyproject.toml or the Makefile: "
                     "run `make test` (it installs the course's layers first)")
     settings = tmp / "lab-settings"
     for name, values in LAB_SETTINGS.items():
         path = settings / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "MINIALLOC_DEVICE", "HOST")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MPLBACKEND", "MINIALLOC_DEVICE", "HOST", "JUPYTER_CONFIG_PATH")}
     env.update(PORT=str(free_port()), JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"),
                JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
-    log = tmp / "make-course.log"
+    log = tmp / f"make-{target}.log"
     with open(log, "w") as out:
-        server = subprocess.Popen(FIRST_COMMAND, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+        server = subprocess.Popen(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + SERVER_START_S
-        while not (match := TOKEN_URL.search(log.read_text(errors="replace"))):
+        while not (match := SERVER_URL.search(log.read_text(errors="replace"))):
             if server.poll() is not None:
-                pytest.fail(f"make course exited with {server.returncode}:\n{log.read_text()[-3000:]}")
+                pytest.fail(f"make {target} exited with {server.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                pytest.fail(f"make course printed no URL within {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
+                pytest.fail(f"make {target} printed no URL within {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
         assert match.group(2) == env["PORT"]
-        yield match.group(1), match.group(3), log
+        yield MadeLab(match.group(1), match.group(3), log, root)
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # make and the JupyterLab it started
         try:
@@ -393,10 +409,23 @@ def first_command(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
             server.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def first_command(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MadeLab]:
+    """The README's first command, `make course`: the learner's JupyterLab."""
+    yield from serve_make_target(FIRST_COMMAND, tmp_path_factory.mktemp("first-command"))
+
+
+@pytest.fixture(scope="module")
+def instructor_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MadeLab]:
+    """`make grade`: the instructor's JupyterLab (the formgrader, nbgrader's notebook tools)."""
+    yield from serve_make_target(["make", "grade"], tmp_path_factory.mktemp("make-grade"))
+
+
 def test_first_command_opens_the_start_page_and_the_formgrader(first_command, page):
     from playwright.sync_api import expect
 
-    url, token, log = first_command
+    url, token, log = first_command.url, first_command.token, first_command.log
+    assert TOKEN_URL.fullmatch(url), url  # make course opens the start page
     text = log.read_text(errors="replace")
     assert "[E " not in text and "[C ServerApp] Running as root" not in text, text[-3000:]
     assert ("--allow-root" in text) == (os.geteuid() == 0)  # make echoes the command it runs
@@ -418,6 +447,93 @@ def test_first_command_opens_the_start_page_and_the_formgrader(first_command, pa
                                                        headers={"Authorization": f"token {token}"})) as reply:
         listed = {a["name"] for a in json.loads(reply.read())}
     assert set(labs) <= listed
+
+
+# -- the learner's JupyterLab (`make course`) and the instructor's (`make grade`) -----------------------------------
+REOPEN_S = 60  # a reopened notebook's widgets settle (saved state, or the static line) within seconds
+MODEL_NOT_FOUND = "Error displaying widget: model not found"  # jupyterlab_widgets' renderer, when no model answers
+RERUN_LINE = "run this cell again"  # the last line of the quiz and the stepper, for a reopened notebook
+
+
+def open_with_token(page, made: MadeLab, path: str) -> None:
+    page.goto(f"{made.base}/lab/tree/{path}?reset&token={made.token}")
+    page.locator(f"{PANEL} .jp-Notebook .jp-Cell").first.wait_for()
+    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")  # a loaded machine may still ask: the default
+    if dialog.count():
+        dialog.get_by_role("button", name="Select").click()
+    page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+
+
+def end_every_session(made: MadeLab) -> None:
+    """What quitting JupyterLab does to the learner's kernels: after this, a reopened notebook's widgets can come
+    only from what the notebook saved (REST API: DELETE /api/sessions/<id> shuts the session's kernel down)."""
+    headers = {"Authorization": f"token {made.token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{made.base}/api/sessions", headers=headers)) as reply:
+        sessions = json.loads(reply.read())
+    for session in sessions:
+        request = urllib.request.Request(f"{made.base}/api/sessions/{session['id']}", method="DELETE", headers=headers)
+        with urllib.request.urlopen(request) as reply:
+            assert reply.status == 204, reply.status
+
+
+def saved_widget_state(path: Path) -> dict:
+    return nbformat.read(path, as_version=4).metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+
+
+def test_the_learners_lab_reopens_a_saved_quiz_and_has_no_validate_button(first_command, page):
+    """Chapter 0's practice quiz is run, the notebook saved, every kernel ended and the notebook reopened: its
+    output shows the quiz (from the widget state saved with the notebook) with its "run this cell again" line,
+    never "model not found". The toolbar has no nbgrader Validate button (course/jupyter-learner turns it off)."""
+    path = "course/00_start_here.ipynb"
+    on_disk = first_command.root / path
+    cells = nbformat.read(on_disk, as_version=4).cells
+    index = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "quizzes.practice(" in c.source)
+    open_with_token(page, first_command, path)
+    toolbar = page.locator(f"{PANEL} .jp-NotebookPanel-toolbar")
+    toolbar.locator(".jp-Toolbar-kernelName").first.wait_for()  # the toolbar is built (nbgrader adds to it then)
+    assert toolbar.locator(".validate-button").count() == 0, toolbar.inner_text()
+
+    cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    quiz = cell.locator(".jp-OutputArea-output .widget-vbox", has=page.locator(".widget-radio-box")).first
+    quiz.wait_for()
+    shot(page, "learner-quiz-before-save", cell)
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + REOPEN_S
+    while not saved_widget_state(on_disk):  # the save carries the widget state (saveState)
+        assert time.monotonic() < deadline, f"no widget state saved in {path} within {REOPEN_S} s"
+        time.sleep(0.5)
+
+    page.goto("about:blank")
+    end_every_session(first_command)
+    open_with_token(page, first_command, path)
+    output = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea")
+    output.scroll_into_view_if_needed()
+    deadline = time.monotonic() + REOPEN_S
+    while True:
+        text = output.inner_text()
+        assert MODEL_NOT_FOUND not in text, text
+        if output.locator(".widget-radio-box").count() and RERUN_LINE in text:
+            break
+        assert time.monotonic() < deadline, f"the saved quiz did not render within {REOPEN_S} s: {text!r}"
+        time.sleep(0.5)
+    time.sleep(2)  # the widget manager may still be restoring: what it shows then must hold
+    text = output.inner_text()
+    shot(page, "learner-quiz-reopened", output)
+    assert MODEL_NOT_FOUND not in text, text
+    assert output.locator(".widget-radio-box").count() and RERUN_LINE in text, text
+
+
+def test_the_instructors_lab_keeps_the_validate_button(instructor_lab, page):
+    from playwright.sync_api import expect
+
+    open_with_token(page, instructor_lab, "course/00_start_here.ipynb")
+    expect(page.locator(f"{PANEL} .jp-NotebookPanel-toolbar .validate-button")).to_be_visible()
+    shot(page, "instructor-validate-button")
 
 
 def test_make_course_adds_allow_root_for_root_only(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -235,6 +236,20 @@ def test_widget_language_switch_keeps_the_selection():
     assert quiz._check.description == UI["check"]["vi"]
     quiz._lang.value = "de"
     assert q.text["de"] in quiz._question.value
+
+
+def test_widget_says_to_rerun_its_cell_after_a_reopen():
+    # saved widget state redraws the quiz in a reopened notebook, but its buttons need a kernel: its last line
+    # says so, in the quiz's language, through every state the saved view can be in (a question, the score)
+    quiz = quizzes.practice(ids=["c1-eleven-mib"], seed=3, mode="widget")
+    assert quiz.children[-1] is quiz._rerun
+    for lang in ("en", "vi", "de"):
+        quiz._lang.value = lang
+        assert html.escape(UI["rerun"][lang]) in quiz._rerun.value
+    quiz._number.value = "12"
+    quiz.submit()
+    quiz.go_next()
+    assert quiz.session.finished and html.escape(UI["rerun"]["de"]) in quiz._rerun.value
 
 
 def test_widget_many_choice_boxes():

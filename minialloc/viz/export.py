@@ -108,7 +108,8 @@ def write_trace_plot_html(
         from torch.cuda._memory_viz import trace_plot
     except ImportError as e:
         raise RuntimeError(
-            "write_trace_plot_html needs PyTorch's viewer: pip install torch (the CPU build is enough)"
+            "write_trace_plot_html needs PyTorch's viewer; its CPU build is enough: "
+            "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
         ) from e
     src = resolve(source)
     page = trace_plot(src.snapshot, plot_segments=plot_segments)
