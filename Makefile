@@ -67,10 +67,10 @@ course: $(COURSE_STAMP) labs/exchange
 	$(LAB) --LabApp.default_url=/lab/tree/course/00_start_here.ipynb
 
 # The instructor's first command: nbgrader's formgrader on the course directory labs/ (assignments, submissions,
-# the gradebook), in the same JupyterLab, with the grader's browser defences (quizzes/grader/browser_guard.py: a
+# the gradebook), in the same JupyterLab, with the grader's browser defences (grading/browser_guard.py: a
 # Content-Security-Policy on the formgrader and on served files, escaped and sanitized formgrader pages). The
 # extension is named on the command line, so the instructor's own Jupyter configuration still applies.
-GRADE_GUARD := --ServerApp.jpserver_extensions=quizzes.grader.browser_guard=True
+GRADE_GUARD := --ServerApp.jpserver_extensions=grading.browser_guard=True
 grade: $(COURSE_STAMP) labs/exchange
 	$(LAB) $(GRADE_GUARD) --LabApp.default_url=/formgrader
 
@@ -89,7 +89,7 @@ grade-quiz: $(COURSE_STAMP)
 # two workers (pytest-xdist): the notebooks and nbgrader runs keep both cores busy
 TEST_WORKERS ?= 2
 test: system-packages $(TEST_STAMP)
-	$(BIN)/ruff check minialloc quizzes course_i18n tests bench tools nbgrader_config.py
+	$(BIN)/ruff check minialloc quizzes grading course_i18n tests bench tools nbgrader_config.py
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The quick loop while working: lint every Python file (the notebooks' cells are not modules), then the tests that

@@ -6,7 +6,7 @@ labs/feedback/ and labs/gradebook.db (all ignored by git). Paths are computed fr
 commands work from any clone. See labs/README.md for the instructor's commands and docs/grading.md for what the
 grader defends against, by what, and what stays the instructor's call.
 
-The grader's classes live in an importable module, quizzes/grader/ (this repository installed with
+The grader's classes live in an importable module, grading/ (this repository installed with
 `pip install -e .`): preprocessors.py (execution guarded per cell, test cells restored from the gradebook, tags
 stripped, cells that did not run failed, feedback scanned for private keys) and sandbox.py (every student kernel
 runs under bubblewrap: apt-get install bubblewrap). This file only puts them in nbgrader's pipeline. The graded
@@ -18,11 +18,11 @@ import os
 from nbgrader.converters.autograde import Autograde
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, OverwriteCells, SaveAutoGrades
 
-from quizzes.grader import sanitize
-from quizzes.grader.export import SafeCsvExportPlugin
-from quizzes.grader.intake import CheckedCollect, install
-from quizzes.grader.labgrade import LabGrade
-from quizzes.grader.preprocessors import (
+from grading import sanitize
+from grading.export import SafeCsvExportPlugin
+from grading.intake import CheckedCollect, install
+from grading.labgrade import LabGrade
+from grading.preprocessors import (
     ErrorsFailTests,
     FlagForReview,
     GuardedExecute,
@@ -63,7 +63,7 @@ c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # === What the grader reads ========================================================================================
 # a submission folder holding a symbolic link, a hard-linked file or a special file is refused for that student,
 # before nbgrader reads or copies anything in it (autograde), and is not copied out of the exchange (collect):
-# quizzes/grader/intake.py. nbgrader has no setting for its Autograde class: install() points nbgrader's apps at
+# grading/intake.py. nbgrader has no setting for its Autograde class: install() points nbgrader's apps at
 # the checking subclass.
 install()
 c.ExchangeFactory.collect = CheckedCollect
@@ -88,7 +88,7 @@ c.Autograde.autograde_preprocessors = insert_around(
     insert_around(swap(Autograde.class_traits()["autograde_preprocessors"].default(), Execute, GuardedExecute),
                   GuardedExecute, before=[StripExecutionControl], after=[InertOutputs]),
     SaveAutoGrades, before=[LabGrade, ErrorsFailTests], after=[FlagForReview])
-# the sandbox (quizzes/grader/sandbox.py): the kernel sees the system, Python, the virtual environment and the
+# the sandbox (grading/sandbox.py): the kernel sees the system, Python, the virtual environment and the
 # packages below read-only, and a copy of the submission's folder; 3 GiB of address space, 128 processes and
 # threads (when autograde runs as root), files up to 256 MiB, messages to the grader up to 16 MiB
 c.GuardedExecute.sandbox = True
@@ -106,17 +106,17 @@ c.Autograde.create_student = True  # a student missing from the gradebook is add
 # material: the issuer key's default place is checked, add yours
 c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks, InertOutputs,
                                     ScanForKeys, "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
-# what is left is cleaned where it is rendered, by an allow-list sanitizer (nh3: quizzes/grader/sanitize.py):
+# what is left is cleaned where it is rendered, by an allow-list sanitizer (nh3: grading/sanitize.py):
 # nbgrader's feedback template renders markdown cells with the `markdown2html` filter and no cleaning, and HTML
 # outputs with `clean_html` when sanitize_html is on; both filters are replaced by sanitizing ones. The formgrader
-# gets the same filters from quizzes/grader/browser_guard.py (`make grade` loads it).
+# gets the same filters from grading/browser_guard.py (`make grade` loads it).
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"markdown2html": sanitize.markdown2html, "clean_html": sanitize.clean_html}
 c.ScanForKeys.key_files = ["~/.minialloc-issuer/issuer-ed25519.pem"]
 
 # === Labs (labs/source/lab*) =====================================================================================
 # Each lab imports minialloc, which must be installed in the grading kernel's environment (pip install -e . in the
-# repository). The labs listed in quizzes/grader/labspecs are scored by LabGrade (above, before ErrorsFailTests):
+# repository). The labs listed in grading/labspecs are scored by LabGrade (above, before ErrorsFailTests):
 # their answer cells run again in a fresh sandboxed process on inputs chosen at grading time, and the grader's
 # process compares what they return with minialloc; the kernel's test cells are the student's feedback only.
 # Each cell and probe there gets Execute.timeout and GuardedExecute.interrupt_grace; the whole program:
@@ -127,5 +127,5 @@ c.LabGrade.total_timeout = 600
 
 # === export ======================================================================================================
 # `nbgrader export` writes grades.csv with every field quoted and no field a spreadsheet formula (nbgrader's own
-# plugin joins fields unquoted): quizzes/grader/export.py
+# plugin joins fields unquoted): grading/export.py
 c.ExportApp.plugin_class = SafeCsvExportPlugin

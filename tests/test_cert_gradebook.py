@@ -190,7 +190,7 @@ def test_the_pass_mark_is_never_read_from_the_gradebook(gradebook, key, tmp_path
 def test_certify_refuses_a_key_the_sandbox_can_read(gradebook, tmp_path, monkeypatch):
     """Asks the grader's real sandbox policy, the key's folder bound into the sandbox as a course folder would be."""
     monkeypatch.undo()  # the real keyguard
-    sandbox = pytest.importorskip("quizzes.grader.sandbox")
+    sandbox = pytest.importorskip("grading.sandbox")
     original = sandbox.Policy.default.__func__
     monkeypatch.setattr(sandbox.Policy, "default",
                         classmethod(lambda cls, **kw: original(cls, extra_read_only=[tmp_path / "bound"])))
@@ -211,7 +211,7 @@ def test_certify_refuses_a_key_the_sandbox_can_read(gradebook, tmp_path, monkeyp
 
 def test_certify_refuses_when_the_sandbox_cannot_be_asked(gradebook, key, tmp_path, monkeypatch):
     monkeypatch.undo()
-    monkeypatch.setitem(sys.modules, "quizzes.grader.sandbox", None)  # as if the grader package were missing
+    monkeypatch.setitem(sys.modules, "grading.sandbox", None)  # as if the grader package were missing
     with pytest.raises(CertError, match="cannot tell whether autograde's sandbox can read"):
         certify(gradebook, "quiz1", key, tmp_path / "out", pass_mark=0.8)
 

@@ -331,7 +331,7 @@ def test_the_policy_alone_stops_every_payload(browser: Browser):
     page's own nonce'd script and the templates' onclick handler still run."""
     from nbconvert.filters.markdown import markdown2html
 
-    from quizzes.grader import browser_guard as guard
+    from grading import browser_guard as guard
 
     nonce = "n" * 32
     onclick = "console.log('ALL'+'OWED:onclick')"

@@ -1,7 +1,7 @@
 """The grader's browser defences piece by piece, without a browser or nbgrader run: the allow-list sanitizer
-(quizzes/grader/sanitize.py), the feedback exporter as nbgrader_config.py sets it up, InertOutputs' markdown check,
-the quoted CSV export (quizzes/grader/export.py) and the formgrader's policy and nonces
-(quizzes/grader/browser_guard.py). tests/test_grading_browser.py shows the same in Chromium through the real
+(grading/sanitize.py), the feedback exporter as nbgrader_config.py sets it up, InertOutputs' markdown check,
+the quoted CSV export (grading/export.py) and the formgrader's policy and nonces
+(grading/browser_guard.py). tests/test_grading_browser.py shows the same in Chromium through the real
 pipeline."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from traitlets.config.loader import PyFileConfigLoader
 
-from quizzes.grader import browser_guard as guard
-from quizzes.grader import preprocessors as P
-from quizzes.grader.export import SafeCsvExportPlugin, inert_field
-from quizzes.grader.sanitize import ATTRIBUTES, ID_PREFIX, TAGS, clean_html, render_markdown
+from grading import browser_guard as guard
+from grading import preprocessors as P
+from grading.export import SafeCsvExportPlugin, inert_field
+from grading.sanitize import ATTRIBUTES, ID_PREFIX, TAGS, clean_html, render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()

@@ -1,4 +1,4 @@
-"""Lab answers scored as data (quizzes/grader/labgrade.py, labrun.py, labdriver.py, copied.py, labspecs/), piece by
+"""Lab answers scored as data (grading/labgrade.py, labrun.py, labdriver.py, copied.py, labspecs/), piece by
 piece and fast: the grading copy of minialloc withholds the implementation, the sandboxed program keeps the
 kernel's per-cell semantics (timeouts, an ignored interrupt, a dead process) and the grader's limits, what the
 student's code writes on the channel cannot stand in for a probe, lab 1's checks tell right from wrong answers,
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from quizzes.grader import copied, labspecs
-from quizzes.grader.labrun import STUB_MODULE, Step, grading_package, run_steps
+from grading import copied, labspecs
+from grading.labrun import STUB_MODULE, Step, grading_package, run_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = sorted(p.name for p in (ROOT / "labs" / "source").iterdir() if not p.name.endswith(("_vi", "_de")))

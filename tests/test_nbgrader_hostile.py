@@ -5,7 +5,7 @@ labs, quizzes/graded/nbgrader_config.py for the quiz; root and gradebook moved t
 once per job: generate_assignment, one submission per student below, NbGraderAPI.autograde for each,
 generate_feedback for all, the CSV export; the tests then read the gradebook, the autograded notebooks and the
 feedback. Jobs run in parallel worker processes (one course each, so no SQLite gradebook sees two writers). The
-student kernels run in the bubblewrap sandbox the config installs (quizzes/grader/sandbox.py): bwrap must be
+student kernels run in the bubblewrap sandbox the config installs (grading/sandbox.py): bwrap must be
 installed (.ci/run installs it); without it autograde refuses to run and these tests fail.
 
 Lab students (every lab; what each submission does, and what it must get):
@@ -1329,7 +1329,7 @@ def test_nothing_outside_the_sandbox_can_be_read(results: Results):
     lines = lines_of(results, "snoop")
     targets = Context(LAB[LABS[0]], Path("course"), NotebookNode(), NotebookNode(), "", key_path="key").targets()
     # the grader's home exists in the sandbox only as the way to a bound tree (a Python under ~/.pyenv, say)
-    from quizzes.grader.sandbox import Policy
+    from grading.sandbox import Policy
 
     home = Path(os.path.expanduser("~"))
     on_the_way = sorted({t.relative_to(home).parts[0] for t in Policy.default().read_only if home in t.parents})
@@ -1457,7 +1457,7 @@ def test_test_cell_output_never_reaches_feedback(results: Results):
 
 
 def scored_by_grader(lab: str) -> bool:
-    from quizzes.grader import labspecs
+    from grading import labspecs
 
     return labspecs.spec_for(lab) is not None
 

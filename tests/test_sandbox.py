@@ -1,4 +1,4 @@
-"""The student kernel's sandbox (quizzes/grader/sandbox.py) and the grader's preprocessors, piece by piece.
+"""The student kernel's sandbox (grading/sandbox.py) and the grader's preprocessors, piece by piece.
 
 The hostile suite (tests/test_nbgrader_hostile.py) grades attacks through nbgrader's whole pipeline; this file
 checks the parts directly and quickly: sandbox_can_read against what a process in the real sandbox can read,
@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from quizzes.grader import preprocessors as P
-from quizzes.grader.sandbox import Policy, SandboxKernelManager, sandbox_can_read
+from grading import preprocessors as P
+from grading.sandbox import Policy, SandboxKernelManager, sandbox_can_read
 
 ROOT = Path(__file__).resolve().parent.parent
 AS_ROOT = os.geteuid() == 0
@@ -362,7 +362,7 @@ def test_quiz_grade_writes_scores_in_nbgraders_form(monkeypatch: pytest.MonkeyPa
 
 
 def test_no_bubblewrap_means_no_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    from quizzes.grader import sandbox
+    from grading import sandbox
 
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
     with pytest.raises(RuntimeError, match="bubblewrap is not installed"):
@@ -376,7 +376,7 @@ def test_no_bubblewrap_means_no_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path
 # --- What the grader accepts, its descriptors, a course inside a package, active content ------------------------
 
 def test_submission_with_links_or_special_files_is_refused(tmp_path: Path):
-    from quizzes.grader.intake import SubmissionRefused, check_submission
+    from grading.intake import SubmissionRefused, check_submission
 
     key = tmp_path / "key.pem"
     key.write_text("secret")
@@ -414,7 +414,7 @@ def test_the_config_installs_the_checked_autograde_and_collect():
     from nbgrader.apps import api, autogradeapp
     from traitlets.config.loader import PyFileConfigLoader
 
-    from quizzes.grader.intake import CheckedAutograde, CheckedCollect
+    from grading.intake import CheckedAutograde, CheckedCollect
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert api.Autograde is CheckedAutograde and autogradeapp.Autograde is CheckedAutograde
@@ -423,7 +423,7 @@ def test_the_config_installs_the_checked_autograde_and_collect():
 
 
 def test_checked_collect_copies_no_link(tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    from quizzes.grader.intake import CheckedCollect
+    from grading.intake import CheckedCollect
 
     inbound = tmp_path / "alice+lab+2026-01-01 00:00:00.000000 UTC"
     inbound.mkdir()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from quizzes.grader.sandbox import Policy, SandboxKernelManager, package_dirs
+from grading.sandbox import Policy, SandboxKernelManager, package_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 AS_ROOT = os.geteuid() == 0
@@ -53,7 +53,7 @@ def run_in_sandbox(code: str, policy: Policy, workdir: Path, env: dict[str, str]
 
 def test_a_grader_run_from_a_copy_binds_the_installed_package_the_kernel_imports(tmp_path: Path):
     copy = copy_of_the_project(tmp_path / "copy", ("minialloc", "quizzes"))
-    grader = ("import json, minialloc, quizzes.grader.sandbox as s\n"
+    grader = ("import json, minialloc, grading.sandbox as s\n"
               "print(json.dumps({'grader': minialloc.__path__[0], 'sandbox': s.__file__,\n"
               "                  'bound': [str(p) for p in s.Policy.default().read_only]}))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

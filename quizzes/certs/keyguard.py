@@ -1,7 +1,7 @@
 """Refusing to sign while autograde's sandbox could read the issuer key.
 
 Student code runs during autograde. If the key file is readable there, a submission can print it into its own
-feedback and sign any badge it likes. The grader's sandbox (quizzes.grader.sandbox) is the one place that knows
+feedback and sign any badge it likes. The grader's sandbox (grading.sandbox) is the one place that knows
 what a sandboxed kernel can see, so the question is put to it, never answered a second time here: certify asks
 `sandbox_can_read(key_path)` and refuses when the answer is yes, or when the sandbox module is missing (then
 nothing says the key is safe).
@@ -16,7 +16,7 @@ from .errors import CertError
 
 def _sandbox_can_read(path: Path) -> bool:
     try:
-        from ..grader.sandbox import sandbox_can_read
+        from grading.sandbox import sandbox_can_read
     except ImportError as e:
         raise CertError(f"cannot tell whether autograde's sandbox can read the issuer key ({e}); "
                         "certify signs only when it can tell that it cannot") from None

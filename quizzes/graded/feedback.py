@@ -1,8 +1,8 @@
 """The graded quiz's feedback preprocessor, kept under this name for configurations that list it.
 
-The class lives with the grader's other preprocessors, in quizzes.grader.preprocessors (the labs use it too).
+The class lives with the grader's other preprocessors, in grading.preprocessors (the labs use it too).
 """
 
-from quizzes.grader.preprocessors import HideTestTracebacks
+from grading.preprocessors import HideTestTracebacks
 
 __all__ = ["HideTestTracebacks"]

@@ -9,14 +9,14 @@
     python -m quizzes certify --gradebook sqlite:///gradebook.db --assignment quiz1 --key KEY --out certificates
 
 The grader's environment needs this repository's `quizzes` and `minialloc` importable (pip install -e .). The
-answers are scored in the grader's process by QuizGrade (quizzes/grader/preprocessors.py) from the private bank
+answers are scored in the grader's process by QuizGrade (grading/preprocessors.py) from the private bank
 and the course secret; the student's kernel runs in the sandbox and sees neither.
 """
 
 import os
 from pathlib import Path
 
-from quizzes.grader.preprocessors import ErrorsFailTests, QuizGrade, insert_around
+from grading.preprocessors import ErrorsFailTests, QuizGrade, insert_around
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "nbgrader_config.py"  # the repository's grader settings, shared with the labs

@@ -1,15 +1,15 @@
 """LabGrade: a lab's graded test cells scored in the grader's process, from data, like the graded quiz.
 
 Autograde still runs the whole notebook in the student's sandboxed kernel: its test cells are the student's
-feedback. Then, for a lab listed in quizzes/grader/labspecs, this preprocessor
+feedback. Then, for a lab listed in grading/labspecs, this preprocessor
 1. takes the program: the lab's locked cells as the gradebook holds them (never the submission's copy) and the
    student's answer cells, in the notebook's order; the student's other cells are not part of it;
-2. runs it in a fresh sandboxed process (quizzes/grader/labrun.py) where, at each graded test cell, a probe calls
+2. runs it in a fresh sandboxed process (grading/labrun.py) where, at each graded test cell, a probe calls
    the student's functions and classes on inputs chosen now (random seeds drawn at grading time, the boundary
    sizes) and returns plain data; minialloc's implementation is withheld in that process;
 3. compares the data with references computed here with minialloc, and replaces each graded test cell's outputs
    with the verdict, in the form SaveAutoGrades reads (all or nothing per cell);
-4. looks at the answer cells for copied or delegated work (quizzes/grader/copied.py): the reasons go to
+4. looks at the answer cells for copied or delegated work (grading/copied.py): the reasons go to
    `resources["grader_review"]`, which FlagForReview turns into "needs manual grade".
 Nothing the notebook did in its own kernel reaches a score.
 """

@@ -11,7 +11,7 @@ InertOutputs (no active content in any output or markdown cell), LimitOutput, Qu
 scores computed here from the submission's plain answers), ErrorsFailTests, SaveAutoGrades, FlagForReview.
 Feedback: RedactHiddenTests (no output quotes a hidden test), HideTestTracebacks (test cells show pass/fail and
 their error's message only), InertOutputs again, ScanForKeys (no private-key material). Before any of it, the
-submission folder is checked (quizzes/grader/intake.py).
+submission folder is checked (grading/intake.py).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class GuardedExecute(Execute):
     killed or hung the kernel gets an error, every later code cell gets a "not run" error (so its tests score 0),
     and the cells before keep their results. A kernel that dies before its first cell is started again.
 
-    The kernel runs in the sandbox of quizzes.grader.sandbox (unless `sandbox` is False). A test cell whose
+    The kernel runs in the sandbox of grading.sandbox (unless `sandbox` is False). A test cell whose
     execution the grader did not see complete (skipped, never reached, its reply lost) fails with "NotRun": nbgrader
     alone gives full points to a test cell without output. A cell whose output message was larger than the
     sandbox's message cap loses its output (ZeroMQ drops the connection before the grader allocates the message):
@@ -80,7 +80,7 @@ class GuardedExecute(Execute):
         2, help="Kernel starts to retry when a kernel dies before running any cell (a port taken meanwhile)."
     ).tag(config=True)
     sandbox = Bool(
-        True, help="Run the kernel in the bubblewrap sandbox (quizzes.grader.sandbox); False runs it unconfined."
+        True, help="Run the kernel in the bubblewrap sandbox (grading.sandbox); False runs it unconfined."
     ).tag(config=True)
 
     def __init__(self, **kwargs):
@@ -554,7 +554,7 @@ class InertOutputs(Preprocessor):
     (a script, an event handler, a javascript: link however its scheme is spelled, a relative link to a file, a
     comment) becomes a code block of its text, after a note, so the instructor sees what was written. This is a
     first line: the feedback and the formgrader render every markdown cell through the allow-list sanitizer of
-    quizzes/grader/sanitize.py whatever this decided. What was removed goes to the notebook's metadata
+    grading/sanitize.py whatever this decided. What was removed goes to the notebook's metadata
     (`grader_inert`).
     """
 

@@ -1,4 +1,4 @@
-"""The program a lab's answers run in at grading: started by quizzes.grader.labrun inside the bubblewrap sandbox.
+"""The program a lab's answers run in at grading: started by grading.labrun inside the bubblewrap sandbox.
 
 Never imported by the grader: it is copied into the sandbox and run as `python -I labdriver.py INPUT FD`. INPUT
 (JSON) holds the steps, in the notebook's order: the lab's locked cells (the instructor's text, from the

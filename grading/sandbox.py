@@ -18,7 +18,7 @@ what grading needs:
 - a cap on each message the grader accepts from the kernel (ZMQ_MAXMSGSIZE on the grader's sockets): a 200 MB
   print is refused by ZeroMQ before the grader allocates it, so the grader never holds it.
 
-The kernel manager below is what nbgrader's Execute starts (quizzes.grader.preprocessors.GuardedExecute installs
+The kernel manager below is what nbgrader's Execute starts (grading.preprocessors.GuardedExecute installs
 it); it ignores the notebook's kernelspec, so a submission cannot pick an unsandboxed kernel.
 """
 

@@ -17,7 +17,7 @@ import importlib.util
 from functools import cache
 from pathlib import Path
 
-# what the labs hand out at grading (quizzes/grader/labrun.py); every other public name of minialloc is withheld
+# what the labs hand out at grading (grading/labrun.py); every other public name of minialloc is withheld
 ALLOWED = frozenset({"SimulatedGPU", "DeviceOutOfMemory", "DeviceError", "DataGPU", "GiB", "KiB", "MiB",
                      "format_size", "parse_size"})
 WITHHELD = frozenset({"CachingAllocator", "ExpandableSegment", "BlockManager", "OOMReport", "OutOfMemoryError",

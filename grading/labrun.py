@@ -1,6 +1,6 @@
 """Run a lab's answers in a fresh sandboxed process and read back what its probes return, as data.
 
-`run_steps` starts quizzes/grader/labdriver.py under the bubblewrap policy of quizzes.grader.sandbox (no network,
+`run_steps` starts grading/labdriver.py under the bubblewrap policy of grading.sandbox (no network,
 its own pid namespace, the memory and process limits, nothing of the grader's files), with:
 - a grading copy of minialloc (`grading_package`): the simulated device, sizes and workloads, which the labs'
   answers legitimately use; every other public name (CachingAllocator, ExpandableSegment, BlockManager, the OOM

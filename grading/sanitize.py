@@ -5,7 +5,7 @@ nbgrader's feedback and formgrade templates render markdown cells with `cell.sou
 clean the result; nbconvert's markdown renderer decodes entities in link targets, so `[x](javascript&colon;...)`
 becomes a javascript: link. `markdown2html` here renders as nbconvert's HTMLExporter.markdown2html does (cell
 attachments included), then cleans; `clean_html` cleans an HTML output. nbgrader_config.py registers both as the
-HTMLExporter's filters (the feedback), and quizzes/grader/browser_guard.py puts them into the formgrader's exporter.
+HTMLExporter's filters (the feedback), and grading/browser_guard.py puts them into the formgrader's exporter.
 
 The policy (`clean_html`):
 - tags: text formatting, lists, tables, headings, code, links and images; nothing that runs, loads a document,

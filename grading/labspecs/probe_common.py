@@ -1,4 +1,4 @@
-"""Helpers every lab's probes use, run inside the grading sandbox (quizzes/grader/labdriver.py) and imported by the
+"""Helpers every lab's probes use, run inside the grading sandbox (grading/labdriver.py) and imported by the
 grader to encode its references the same way. Standard library only.
 
 `plain` turns a value into JSON data that keeps its exact type (a tuple, a range, an int that is not a bool); any

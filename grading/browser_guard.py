@@ -1,6 +1,6 @@
 """A Jupyter Server extension for the JupyterLab that grades: nbgrader's formgrader runs none of the students' script.
 
-`make grade` and `make grade-quiz` load it (`--ServerApp.jpserver_extensions=quizzes.grader.browser_guard=True`).
+`make grade` and `make grade-quiz` load it (`--ServerApp.jpserver_extensions=grading.browser_guard=True`).
 It does three things, each independent of the others:
 
 1. A Content-Security-Policy on every response under `formgrader/`, `files/` and `nbconvert/`. The formgrader's
@@ -16,7 +16,7 @@ It does three things, each independent of the others:
    prints the student id from the URL and other names unescaped.
 3. The formgrader's notebook page (formgrade): the student id, names and the notebook's and assignment's names are
    escaped before nbgrader's template prints them raw, and markdown cells and HTML outputs go through the
-   allow-list sanitizer (quizzes/grader/sanitize.py), as the feedback does.
+   allow-list sanitizer (grading/sanitize.py), as the feedback does.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def template_sources() -> list[str]:
 
 
 def _jupyter_server_extension_points():
-    return [{"module": "quizzes.grader.browser_guard"}]
+    return [{"module": "grading.browser_guard"}]
 
 
 def _load_jupyter_server_extension(serverapp) -> None:
