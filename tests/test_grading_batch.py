@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME = "lab9"
 UNSAFE = ["*", "eve,,,,35.0,0.0,35.0,35.0", "=1+2", "@SUM(A1)", "<img src=x onerror=alert(1)>"]
 NOTEBOOK_CAP_BYTES = 3_000_000  # what an autograded notebook may weigh: 2 M characters of output, and the cells
-PEAK_RSS_CAP_KB = 1_500_000  # the batch process's peak; the uncapped fan-out alone writes a 180 MB notebook
-FEEDBACK_CAP_S = 120  # generate_feedback for the whole batch
+# the batch process's peak: 175 MB measured here; the fan-out graded by nbclient's own handling alone peaked at 520 MB
+PEAK_RSS_CAP_KB = 400_000
+FEEDBACK_CAP_S = 60  # generate_feedback for the whole batch: 5 s measured here (a loaded machine is slower)
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 # a 1x1 PNG, as a pasted image is stored

@@ -218,6 +218,17 @@ def test_links_hard_links_and_fifos_are_not_collected(course: Course, users):
     assert SECRET.decode() not in joined
 
 
+def test_a_file_of_another_user_in_a_folder_refuses_it(course: Course, users):
+    """nbgrader submit leaves the exchange folder writable by all (0777); another student's file in it is refused."""
+    alice, mallory = users["alice"], users["mallory"]
+    folder = course.submit(alice, f"{alice.pw_name}+{ASSIGNMENT}+{stamp(1)}", {"a.txt": b"a"},
+                           lambda f: f.chmod(0o777))
+    as_user(mallory, lambda: (folder / "planted.txt").write_bytes(b"mallory's"))
+    errors = course.collect()
+    assert not course.collected(alice.pw_name).exists()
+    assert any("'planted.txt' belongs to user id" in e for e in errors), errors
+
+
 # --- the race ----------------------------------------------------------------------------------------------------
 
 def swapper(folder: Path, target: str, seconds: float) -> Callable[[], None]:
