@@ -70,6 +70,8 @@ c.ExchangeFactory.collect = CheckedCollect
 c.ExchangeCollect.check_owner = True
 # a submitted notebook larger than this is refused before nbgrader reads it (a pasted image is ~0.1 MB)
 c.Autograde.max_notebook_bytes = 10_000_000
+# and one whose markdown cells hold more than 200 000 characters (rendering them takes time in proportion)
+c.Autograde.max_markdown_chars = 200_000
 
 # === autograde ===================================================================================================
 # time: each cell gets 30 s, then the kernel is interrupted and that cell fails; a kernel still busy 5 s after
@@ -105,6 +107,9 @@ c.SandboxKernelManager.max_message_bytes = 16 * 1024**2
 c.Autograde.create_student = True  # a student missing from the gradebook is added
 
 # === generate_feedback ===========================================================================================
+# each notebook's feedback within 2 minutes, or that student's feedback fails, named in the log, and the others
+# go on (quizzes/grader/feedback.py, installed by install() above)
+c.GenerateFeedback.notebook_timeout = 120
 # hidden tests cleared from the feedback's source and from every output that quotes them, test cells shown as
 # pass/fail and their error's message only (a traceback quotes the hidden assert; what a test cell printed was
 # printed by the student's code), no active

@@ -11,6 +11,11 @@ process whose peak memory is measured, then generate_feedback runs for all.
   messages with 1 MB of widget state each: 1/1 and a small notebook.
 - clear_flood: the solution, then 30 000 clear_output messages: past the message cap they are dropped; 1/1.
 - huge: a notebook over Autograde.max_notebook_bytes (an 11 MB attachment): refused by name, not read.
+- long_markdown: 1 200 000 characters of markdown, over Autograde.max_markdown_chars (1 000 000 in this batch, so
+  that slow_markdown fits; the repository's is 200 000): refused by name.
+- slow_markdown: the solution and 800 000 characters of `*a`, which nbconvert renders in about 35 s: graded 1/1;
+  with GenerateFeedback.notebook_timeout at 15 s (the repository's is 120 s) its feedback fails, named in the
+  log, and everyone else's is made.
 - unsafe ids (folders `*`, a CSV row, a formula, markup): refused by name; no gradebook row, no autograded folder.
 Every honest submission is graded and gets its feedback.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import resource
 import shutil
 import sys
@@ -37,7 +43,10 @@ UNSAFE = ["*", "eve,,,,35.0,0.0,35.0,35.0", "=1+2", "@SUM(A1)", "<img src=x oner
 NOTEBOOK_CAP_BYTES = 3_000_000  # what an autograded notebook may weigh: 2 M characters of output, and the cells
 # the batch process's peak: 175 MB measured here; the fan-out graded by nbclient's own handling alone peaked at 520 MB
 PEAK_RSS_CAP_KB = 400_000
-FEEDBACK_CAP_S = 60  # generate_feedback for the whole batch: 5 s measured here (a loaded machine is slower)
+FEEDBACK_TIMEOUT_S = 15  # GenerateFeedback.notebook_timeout in this batch: slow_markdown's takes about 35 s
+MAX_MARKDOWN_CHARS = 1_000_000  # Autograde.max_markdown_chars in this batch
+# generate_feedback for the whole batch: 5 s measured here without slow_markdown, which then stops at the timeout
+FEEDBACK_CAP_S = 60 + FEEDBACK_TIMEOUT_S
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 # a 1x1 PNG, as a pasted image is stored
@@ -107,6 +116,8 @@ def submissions(release: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNo
             "raw_flood": with_solution(release, new_code_cell(RAW_FLOOD)),
             "clear_flood": with_solution(release, new_code_cell(CLEAR_FLOOD)),
             "huge": with_solution(release, huge)}
+    subs["long_markdown"] = with_solution(release, new_markdown_cell("x" * 1_200_000))
+    subs["slow_markdown"] = with_solution(release, new_markdown_cell("*a" * 400_000))
     subs.update({bad: with_solution(release) for bad in UNSAFE})
     return subs
 
@@ -123,6 +134,8 @@ def run_batch(root: str) -> dict:
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     config.CourseDirectory.root = root
     config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.GenerateFeedback.notebook_timeout = FEEDBACK_TIMEOUT_S
+    config.Autograde.max_markdown_chars = MAX_MARKDOWN_CHARS
     api = NbGraderAPI(config=config)
     assert api.generate_assignment(NAME)["success"]
     release = nbformat.read(course / "release" / NAME / f"{NAME}.ipynb", as_version=4)
@@ -191,6 +204,30 @@ def test_feedback_for_the_batch_is_bounded_in_time_and_size(batch: dict):
 def test_an_oversized_notebook_is_refused_by_name(batch: dict):
     assert "huge" not in batch["scores"]
     assert "'lab9.ipynb' holds" in batch["autograde_log"] and "max_notebook_bytes" in batch["autograde_log"]
+
+
+def test_a_notebook_with_too_much_markdown_is_refused_by_name(batch: dict):
+    assert "long_markdown" not in batch["scores"]
+    assert re.search(r"'lab9.ipynb' hold \d+ characters, more than Autograde.max_markdown_chars \(1000000\)",
+                     batch["autograde_log"])
+
+
+def test_feedback_past_its_time_limit_fails_for_that_student_alone(batch: dict):
+    assert batch["scores"].get("slow_markdown") == 1.0
+    assert "slow_markdown" not in batch["feedback_bytes"]
+    assert f"took more than {FEEDBACK_TIMEOUT_S} s (GenerateFeedback.notebook_timeout)" in batch["feedback_log"]
+    assert {"alice", "bob", "fanout", "raw_flood", "clear_flood"} <= set(batch["feedback_bytes"])
+
+
+def test_time_limit_interrupts_the_main_thread():
+    from quizzes.grader.feedback import FeedbackTimeout, time_limit
+
+    started = time.monotonic()
+    with pytest.raises(FeedbackTimeout, match="the test's loop took more than 0.2 s"):
+        with time_limit(0.2, "the test's loop"):
+            while time.monotonic() - started < 10:
+                pass
+    assert time.monotonic() - started < 2
 
 
 @pytest.mark.parametrize("student", UNSAFE)

@@ -33,6 +33,7 @@ of the batch is graded.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pwd
 import re
@@ -154,6 +155,18 @@ def check_submission(folder: Path | str, course_root: Path | str | None = None) 
               "regular files into a fresh folder and grade that.")
 
 
+def markdown_chars(notebook: str) -> int:
+    """Characters in the markdown cells of the notebook file `notebook` (0 if it is not a notebook: nbgrader then
+    fails that student's autograde with its own message)."""
+    try:
+        with open(notebook, "rb") as handle:
+            cells = json.load(handle).get("cells", [])
+        sources = [c.get("source", "") for c in cells if isinstance(c, dict) and c.get("cell_type") == "markdown"]
+    except (ValueError, AttributeError, OSError):
+        return 0
+    return sum(len("".join(map(str, s))) if isinstance(s, list) else len(str(s)) for s in sources)
+
+
 class CheckedAutograde(Autograde):
     """nbgrader's Autograde that refuses, per student, an unsafe id, a folder holding links or special files, or
     a notebook larger than max_notebook_bytes.
@@ -169,17 +182,29 @@ class CheckedAutograde(Autograde):
         10_000_000, help="A submitted notebook larger than this is refused before nbgrader reads it (0: no limit)."
     ).tag(config=True)
 
+    max_markdown_chars = Integer(
+        200_000, help=("A submitted notebook whose markdown cells hold more characters than this is refused: "
+                       "rendering markdown (the grader's check, the feedback) takes time in proportion, about 9 s "
+                       "per 200 000 characters of the worst text tried (0: no limit).")
+    ).tag(config=True)
+
     def _check(self, assignment_id: str, student_id: str) -> None:
         check_ids(student_id, assignment_id)
         submitted = self.coursedir.format_path(self.coursedir.submitted_directory, student_id, assignment_id)
         check_submission(submitted, self.coursedir.root)
-        if self.max_notebook_bytes:
-            for entry in os.scandir(submitted):
-                size = entry.stat(follow_symlinks=False).st_size
-                if entry.name.endswith(".ipynb") and size > self.max_notebook_bytes:
-                    raise SubmissionRefused(
-                        f"submission {ascii(submitted)} refused: {ascii(entry.name)} holds {size} bytes, more than "
-                        f"Autograde.max_notebook_bytes ({self.max_notebook_bytes}); nothing of it was graded")
+        for entry in os.scandir(submitted):
+            if not entry.name.endswith(".ipynb"):
+                continue
+            size = entry.stat(follow_symlinks=False).st_size
+            if self.max_notebook_bytes and size > self.max_notebook_bytes:
+                raise SubmissionRefused(
+                    f"submission {ascii(submitted)} refused: {ascii(entry.name)} holds {size} bytes, more than "
+                    f"Autograde.max_notebook_bytes ({self.max_notebook_bytes}); nothing of it was graded")
+            if self.max_markdown_chars and (chars := markdown_chars(entry.path)) > self.max_markdown_chars:
+                raise SubmissionRefused(
+                    f"submission {ascii(submitted)} refused: the markdown cells of {ascii(entry.name)} hold {chars} "
+                    f"characters, more than Autograde.max_markdown_chars ({self.max_markdown_chars}); nothing of it "
+                    "was graded")
 
     def init_destination(self, assignment_id: str, student_id: str) -> bool:
         self._check(assignment_id, student_id)
@@ -287,11 +312,18 @@ class CheckedCollect(ExchangeCollect):
 
 
 def install() -> None:
-    """Make nbgrader's autograde (the command and NbGraderAPI, the formgrader's too) use CheckedAutograde."""
-    from nbgrader.apps import api, autogradeapp
+    """Make nbgrader's autograde and generate_feedback (the commands and NbGraderAPI, the formgrader's too) use
+    CheckedAutograde and quizzes.grader.feedback's TimedGenerateFeedback."""
+    from nbgrader.apps import api, autogradeapp, generatefeedbackapp
+    from nbgrader.converters.generate_feedback import GenerateFeedback
 
-    for module in (api, autogradeapp):
-        if getattr(module, "Autograde", None) not in (Autograde, CheckedAutograde):
-            raise RuntimeError(f"{module.__name__}.Autograde is not nbgrader's Autograde: the submission check "
-                               "cannot be installed (nbgrader changed?)")
-        module.Autograde = CheckedAutograde
+    from quizzes.grader.feedback import TimedGenerateFeedback
+
+    for modules, name, upstream, ours in (((api, autogradeapp), "Autograde", Autograde, CheckedAutograde),
+                                          ((api, generatefeedbackapp), "GenerateFeedback", GenerateFeedback,
+                                           TimedGenerateFeedback)):
+        for module in modules:
+            if getattr(module, name, None) not in (upstream, ours):
+                raise RuntimeError(f"{module.__name__}.{name} is not nbgrader's {name}: the grader's checks cannot "
+                                   "be installed (nbgrader changed?)")
+            setattr(module, name, ours)
