@@ -60,9 +60,9 @@ c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # === What the grader reads ========================================================================================
 # a submission folder holding a symbolic link, a hard-linked file or a special file is refused for that student,
 # before nbgrader reads or copies anything in it (autograde), and is not copied out of the exchange (collect):
-# quizzes/grader/intake.py. nbgrader has no setting for its Autograde class: install() points nbgrader's apps at
-# the checking subclass. Student ids and assignment names outside [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (no '..') are
-# refused by name at collect and autograde; the rest of the batch is graded.
+# quizzes/grader/intake.py. nbgrader has no setting for its Autograde or GenerateFeedback class: install() points
+# nbgrader's apps at the checking subclasses. Student ids and assignment names outside
+# [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (no '..') are refused by name at collect and autograde; the rest is graded.
 install()
 c.ExchangeFactory.collect = CheckedCollect
 # collect refuses (nbgrader only warns) a submission whose exchange folder does not belong to the user named by

@@ -14,8 +14,10 @@ grading the rest, because a submission with a link in it was not made by the cou
 should look at it (and dropping files would grade something the student did not submit).
 
 - `CheckedAutograde`: nbgrader's Autograde with the check first (before the timestamp, the copy or the
-  notebook is read). nbgrader 0.9 builds its Autograde by name, with no setting for the class, so `install()`
-  (called by nbgrader_config.py) makes the name point to this subclass in nbgrader's two apps.
+  notebook is read), and a notebook over a size or a markdown cap refused. nbgrader 0.9 builds its Autograde
+  (and its GenerateFeedback) by name, with no setting for the class, so `install()` (called by
+  nbgrader_config.py) makes the names point to this subclass (and to quizzes.grader.feedback's
+  TimedGenerateFeedback) in nbgrader's apps and NbGraderAPI.
 - `CheckedCollect`: nbgrader's default ExchangeCollect, installed with `c.ExchangeFactory.collect`. It refuses
   (not warns, as nbgrader does) a submission whose exchange folder is not owned by the user its name claims:
   on one machine a student id is the submitting user's login name, so `alice+lab1+<time>` must belong to the
@@ -192,6 +194,8 @@ class CheckedAutograde(Autograde):
         check_ids(student_id, assignment_id)
         submitted = self.coursedir.format_path(self.coursedir.submitted_directory, student_id, assignment_id)
         check_submission(submitted, self.coursedir.root)
+        if not os.path.isdir(submitted):
+            return  # nbgrader says what is missing
         for entry in os.scandir(submitted):
             if not entry.name.endswith(".ipynb"):
                 continue
@@ -234,7 +238,11 @@ class CheckedCollect(ExchangeCollect):
         except (ValueError, OverflowError, SubmissionRefused) as error:
             self.log.error("Not collected: exchange folder %s: %s", ascii(filename), error)
             return None
-        info = os.lstat(path)
+        try:
+            info = os.lstat(path)
+        except OSError as error:  # removed since it was listed
+            self.log.error("Not collected: exchange folder %s: %s", ascii(filename), error.strerror)
+            return None
         if not stat.S_ISDIR(info.st_mode):
             self.log.error("Not collected: exchange folder %s is not a folder (a link or a special file)",
                            ascii(filename))
