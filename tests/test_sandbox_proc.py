@@ -53,10 +53,12 @@ async def probe(cwd: Path, hidden: Path) -> dict[str, str]:
                 out.append(msg["content"]["text"])
 
         await kc.execute_interactive(PROBE, timeout=60, output_hook=hook)
+        # and from outside: bubblewrap's own environment (the sandbox's pid 1 is a copy of this process)
+        bwrap_environ = Path(f"/proc/{km.provisioner.process.pid}/environ").read_bytes().decode(errors="replace")
     finally:
         kc.stop_channels()
         await km.shutdown_kernel(now=True)
-    return json.loads("".join(out))
+    return {**json.loads("".join(out)), "bubblewrap's environ, from outside": bwrap_environ}
 
 
 @pytest.fixture()
@@ -85,6 +87,8 @@ def test_no_process_in_the_sandbox_shows_the_policy(seen):
 def test_no_process_in_the_sandbox_holds_the_graders_environment(seen):
     found, token, _ = seen
     assert not [where for where, text in found.items() if token in text]
+    names = {v.split("=", 1)[0] for v in found["bubblewrap's environ, from outside"].split("\0") if v}
+    assert names <= {"PATH", "JPY_PARENT_PID"}, names
 
 
 def test_the_options_travel_in_a_descriptor_bwrap_reads():
