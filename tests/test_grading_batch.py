@@ -235,3 +235,21 @@ def test_unsafe_student_ids_are_refused_by_name(batch: dict, student: str):
     assert student not in batch["students"]
     assert student not in batch["notebook_bytes"]
     assert f"student id {ascii(student)} refused" in batch["autograde_log"]
+
+
+def test_the_formgrader_lists_no_student_with_an_unsafe_id(tmp_path: Path):
+    """The formgrader lists submitted/ folders by name; one copied in by hand with an unsafe name is not listed."""
+    import nbgrader.server_extensions.formgrader.base as formgrader
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()  # installs the checks
+    assert formgrader.NbGraderAPI is not NbGraderAPI and issubclass(formgrader.NbGraderAPI, NbGraderAPI)
+    config.CourseDirectory.root = str(tmp_path)
+    config.CourseDirectory.db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    for student in ["alice", *UNSAFE]:
+        (tmp_path / "submitted" / student / NAME).mkdir(parents=True)
+    api = formgrader.NbGraderAPI(CourseDirectory(config=config), config=config)
+    assert api.get_submitted_students(NAME) == {"alice"}
+    assert NbGraderAPI(CourseDirectory(config=config), config=config).get_submitted_students(NAME) == {
+        "alice", *UNSAFE}  # nbgrader's own lists them all

@@ -319,14 +319,46 @@ class CheckedCollect(ExchangeCollect):
                            refused)
 
 
+def checked_api_class():
+    """NbGraderAPI (what the formgrader and scripts call) that does not list a student whose id is unsafe.
+
+    The formgrader lists the students that have a folder in submitted/ by the folder's name, and its templates
+    print that name: collect and autograde never make such a folder, but one copied in by hand is dropped from
+    the lists here, with its reason in the log. Built on first use, so that importing this module does not import
+    nbgrader's API."""
+    from nbgrader.apps.api import NbGraderAPI
+
+    class CheckedNbGraderAPI(NbGraderAPI):
+        def _safe(self, students: set[str]) -> set[str]:
+            unsafe = {s for s in students if id_problem("student id", s) is not None}
+            for student in sorted(unsafe):
+                self.log.error("Not listed: %s", id_problem("student id", student))
+            return students - unsafe
+
+        def get_submitted_students(self, assignment_id):
+            return self._safe(super().get_submitted_students(assignment_id))
+
+        def get_autograded_students(self, assignment_id):
+            return self._safe(super().get_autograded_students(assignment_id))
+
+    return CheckedNbGraderAPI
+
+
+_api_class = None
+
+
 def install() -> None:
     """Make nbgrader's autograde and generate_feedback (the commands and NbGraderAPI, the formgrader's too) use
-    CheckedAutograde and quizzes.grader.feedback's TimedGenerateFeedback."""
+    CheckedAutograde and quizzes.grader.feedback's TimedGenerateFeedback, and the formgrader (when it is the one
+    loading this configuration) use the API of checked_api_class()."""
+    import sys
+
     from nbgrader.apps import api, autogradeapp, generatefeedbackapp
     from nbgrader.converters.generate_feedback import GenerateFeedback
 
     from quizzes.grader.feedback import TimedGenerateFeedback
 
+    global _api_class
     for modules, name, upstream, ours in (((api, autogradeapp), "Autograde", Autograde, CheckedAutograde),
                                           ((api, generatefeedbackapp), "GenerateFeedback", GenerateFeedback,
                                            TimedGenerateFeedback)):
@@ -335,3 +367,9 @@ def install() -> None:
                 raise RuntimeError(f"{module.__name__}.{name} is not nbgrader's {name}: the grader's checks cannot "
                                    "be installed (nbgrader changed?)")
             setattr(module, name, ours)
+    formgrader = sys.modules.get("nbgrader.server_extensions.formgrader.base")
+    if formgrader is not None:  # the formgrader loads the configuration before it makes each API object
+        _api_class = _api_class or checked_api_class()
+        if formgrader.NbGraderAPI not in (api.NbGraderAPI, _api_class):
+            raise RuntimeError("the formgrader's NbGraderAPI is not nbgrader's: the id check cannot be installed")
+        formgrader.NbGraderAPI = _api_class

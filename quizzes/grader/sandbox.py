@@ -18,8 +18,8 @@ what grading needs:
 - no view of its own policy: bubblewrap reads its options (every bound host path, the environment it sets) from
   a memfd (`bwrap --args FD`) that it closes before the kernel starts, so /proc/1/cmdline, the first process of
   the sandbox's pid namespace, shows `bwrap --args FD -- python ... ipykernel_launcher -f <connection file>`
-  and no path of the policy; bubblewrap itself gets an environment of only PATH (not the grader's), so no
-  process of the sandbox holds the grader's environment either;
+  and no path of the policy; bubblewrap itself gets an environment of only PATH (and jupyter_client's
+  JPY_PARENT_PID), not the grader's, so no process of the sandbox holds the grader's environment either;
 - a cap on each message the grader accepts from the kernel (ZMQ_MAXMSGSIZE on the grader's sockets): a 200 MB
   print is refused by ZeroMQ before the grader allocates it, so the grader never holds it.
 
