@@ -63,10 +63,18 @@ c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # === What the grader reads ========================================================================================
 # a submission folder holding a symbolic link, a hard-linked file or a special file is refused for that student,
 # before nbgrader reads or copies anything in it (autograde), and is not copied out of the exchange (collect):
-# grading/intake.py. nbgrader has no setting for its Autograde class: install() points nbgrader's apps at
-# the checking subclass.
+# grading/intake.py. nbgrader has no setting for its Autograde or GenerateFeedback class: install() points
+# nbgrader's apps at the checking subclasses. Student ids and assignment names outside
+# [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (no '..') are refused by name at collect and autograde; the rest is graded.
 install()
 c.ExchangeFactory.collect = CheckedCollect
+# collect refuses (nbgrader only warns) a submission whose exchange folder does not belong to the user named by
+# its student id (login name == student id on one machine); off only where the exchange is not per-user
+c.ExchangeCollect.check_owner = True
+# a submitted notebook larger than this is refused before nbgrader reads it (a pasted image is ~0.1 MB)
+c.Autograde.max_notebook_bytes = 10_000_000
+# and one whose markdown cells hold more than 200 000 characters (rendering them takes time in proportion)
+c.Autograde.max_markdown_chars = 200_000
 
 # === autograde ===================================================================================================
 # time: each cell gets 30 s, then the kernel is interrupted and that cell fails; a kernel still busy 5 s after
@@ -76,9 +84,12 @@ c.Execute.interrupt_on_timeout = True
 c.ExecutePreprocessor.timeout = 30
 c.GuardedExecute.interrupt_grace = 5
 c.GuardedExecute.notebook_timeout = 600
-# output: 100 000 characters per cell as it arrives, then nbgrader's own limits of 1000 lines per cell and 100
-# traceback lines per error
+# output: 100 000 characters per cell and 2 000 000 per notebook as it arrives (every message counts: streams,
+# displays, display updates times the outputs they rewrite, errors, widget state), at most 10 000 messages per
+# cell, then nbgrader's own limits of 1000 lines per cell and 100 traceback lines per error
 c.GuardedExecute.max_output_chars = 100_000
+c.GuardedExecute.max_notebook_output_chars = 2_000_000
+c.GuardedExecute.max_messages_per_cell = 10_000
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 # the order of nbgrader 0.9's default lists, with the preprocessors above swapped in or added
@@ -99,6 +110,9 @@ c.SandboxKernelManager.max_message_bytes = 16 * 1024**2
 c.Autograde.create_student = True  # a student missing from the gradebook is added
 
 # === generate_feedback ===========================================================================================
+# each notebook's feedback within 2 minutes, or that student's feedback fails, named in the log, and the others
+# go on (grading/feedback.py, installed by install() above)
+c.GenerateFeedback.notebook_timeout = 120
 # hidden tests cleared from the feedback's source and from every output that quotes them, test cells shown as
 # pass/fail and their error's message only (a traceback quotes the hidden assert; what a test cell printed was
 # printed by the student's code), no active

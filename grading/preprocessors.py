@@ -64,6 +64,15 @@ class GuardedExecute(Execute):
     alone gives full points to a test cell without output. A cell whose output message was larger than the
     sandbox's message cap loses its output (ZeroMQ drops the connection before the grader allocates the message):
     the grader reconnects, and the cell fails with "OutputTooLarge".
+
+    Every message the kernel sends for a cell counts (nbclient's own handling bypasses an output cap for some):
+    at most max_messages_per_cell messages per cell are handled (status messages aside), and the characters
+    they add to the notebook count against max_output_chars per cell and max_notebook_output_chars per notebook:
+    streams, display data and results (data and metadata), errors, widget state from comm messages, and the
+    fan-out of a display update. nbclient applies an update_display_data (or a display with a display_id seen
+    before) to every output carrying that id, anywhere in the notebook, without calling output(): 2000 small
+    displays under one id and one 90 KB update make 180 MB of notebook. Here the update costs its size times the
+    number of outputs it would rewrite, and is dropped when that is over what is left.
     """
 
     max_output_chars = Integer(
@@ -74,6 +83,13 @@ class GuardedExecute(Execute):
     ).tag(config=True)
     notebook_timeout = Integer(
         600, help="Seconds for the whole notebook; the cells after it are failed without running (0: no limit)."
+    ).tag(config=True)
+
+    max_notebook_output_chars = Integer(
+        2_000_000, help="Characters of output kept for the whole notebook, every cell's together."
+    ).tag(config=True)
+    max_messages_per_cell = Integer(
+        10_000, help="Messages handled per cell (status aside); later ones are dropped (0: no limit)."
     ).tag(config=True)
 
     start_retries = Integer(
@@ -97,6 +113,9 @@ class GuardedExecute(Execute):
             self._stopped = None  # why the remaining cells cannot run, once the kernel is gone
             self._deadline = monotonic() + self.notebook_timeout if self.notebook_timeout else None
             self._output_chars = {}  # cell index -> characters kept so far
+            self._notebook_chars = 0  # all cells together
+            self._messages: dict[int, int] = {}  # cell index -> messages handled
+            self._noted: set[int] = set()  # cells told that output was dropped
             self._started = False  # whether a cell was sent to the kernel: no retry after that
             self._replied: set[int] = set()  # cells whose execute_reply arrived
             try:
@@ -201,34 +220,89 @@ class GuardedExecute(Execute):
         self.log.warning("%s: %s", ename, evalue)
         return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
+    def _left(self, cell_index: int) -> int:
+        cell_left = self.max_output_chars - self._output_chars.get(cell_index, 0)
+        return max(0, min(cell_left, self.max_notebook_output_chars - self._notebook_chars))
+
+    def _charge(self, cell_index: int, cost: int) -> bool:
+        """Count `cost` characters against the cell's and the notebook's caps; False (nothing counted) if over."""
+        if cost > self._left(cell_index):
+            return False
+        self._output_chars[cell_index] = self._output_chars.get(cell_index, 0) + cost
+        self._notebook_chars += cost
+        return True
+
+    def _truncated(self, outs, cell_index: int) -> None:
+        """Say once per cell, on stdout (nbgrader scores stderr as a failure), that output was dropped."""
+        if cell_index not in self._noted:
+            self._noted.add(cell_index)
+            outs.append(new_output("stream", name="stdout", text=(
+                f"\n[output truncated by the grader: more than {self.max_output_chars} characters in this cell, "
+                f"{self.max_notebook_output_chars} in the notebook, or {self.max_messages_per_cell} messages]\n")))
+
+    def process_message(self, msg, cell, cell_index):
+        msg_type = msg.get("msg_type")
+        if msg_type in ("status", "execute_input"):  # the end of a cell, and its echo: never dropped
+            return super().process_message(msg, cell, cell_index)
+        handled = self._messages[cell_index] = self._messages.get(cell_index, 0) + 1
+        if self.max_messages_per_cell and handled > self.max_messages_per_cell:
+            self._truncated(cell.outputs, cell_index)
+            return None
+        content = msg.get("content") or {}
+        transient = content.get("transient") or {}
+        display_id = transient.get("display_id") if isinstance(transient, dict) else None
+        if display_id and msg_type in ("execute_result", "display_data", "update_display_data"):
+            rewritten = sum(len(places) for places in self._display_id_map.get(display_id, {}).values())
+            if rewritten and not self._charge(cell_index, rewritten * _size(content)):
+                self._truncated(cell.outputs, cell_index)
+                return None
+        elif msg_type and msg_type.startswith("comm") and not self._charge(cell_index, _size(content)):
+            return None  # widget state, kept in the notebook's metadata
+        return super().process_message(msg, cell, cell_index)
+
     def output(self, outs, msg, display_id, cell_index):
-        """Keep at most max_output_chars characters of output per cell, as the messages arrive."""
+        """Keep output within the cell's and the notebook's caps, as the messages arrive."""
         content = msg.get("content", {})
-        if msg.get("msg_type") == "error":  # what decides the score: keep it, trimmed
-            content["evalue"] = str(content.get("evalue", ""))[: self.max_output_chars]
-            content["traceback"] = [str(line)[: self.max_output_chars] for line in content.get("traceback", [])][:200]
+        if msg.get("msg_type") == "error":  # what decides the score: a cell's first error is kept, trimmed
+            content["ename"] = str(content.get("ename", ""))[:200]
+            content["evalue"] = str(content.get("evalue", ""))[:2000]
+            lines, room = [], min(self.max_output_chars, self._left(cell_index))
+            for line in content.get("traceback", [])[:200]:
+                line = str(line)[:room]
+                room -= len(line)
+                lines.append(line)
+                if room <= 0:
+                    break
+            content["traceback"] = lines
+            cost = len(json.dumps([content["ename"], content["evalue"], lines]))
+            if any(o.get("output_type") == "error" for o in outs) and not self._charge(cell_index, cost):
+                self._truncated(outs, cell_index)
+                return None
+            self._output_chars[cell_index] = self._output_chars.get(cell_index, 0) + cost
+            self._notebook_chars += cost
             return super().output(outs, msg, display_id, cell_index)
-        used = self._output_chars.get(cell_index, 0)
-        left = self.max_output_chars - used
         kept = None
         if msg.get("msg_type") == "stream":
             text = str(content.get("text", ""))
-            if len(text) <= left:
-                self._output_chars[cell_index] = used + len(text)
+            left = self._left(cell_index)
+            if self._charge(cell_index, len(text)):
                 return super().output(outs, msg, display_id, cell_index)
             if left > 0:  # keep the beginning of the text that crosses the limit
                 content["text"] = text[:left]
+                self._charge(cell_index, left)
                 kept = super().output(outs, msg, display_id, cell_index)
-        else:
-            size = len(json.dumps(content.get("data", {})))
-            if size <= left:
-                self._output_chars[cell_index] = used + size
-                return super().output(outs, msg, display_id, cell_index)
-        if used <= self.max_output_chars:  # say it once, on stdout (nbgrader scores stderr as a failure)
-            outs.append(new_output("stream", name="stdout", text=(
-                f"\n[output truncated by the grader: more than {self.max_output_chars} characters]\n")))
-            self._output_chars[cell_index] = self.max_output_chars + 1
+        elif self._charge(cell_index, _size(content)):
+            return super().output(outs, msg, display_id, cell_index)
+        self._truncated(outs, cell_index)
         return kept
+
+
+def _size(content) -> int:
+    """Characters an output adds to the notebook: its data and metadata as JSON (what nbformat writes)."""
+    try:
+        return len(json.dumps({"data": content.get("data"), "metadata": content.get("metadata")}))
+    except (TypeError, ValueError):
+        return len(str(content))
 
 
 def _errors(cell: NotebookNode) -> list[NotebookNode]:
@@ -580,7 +654,8 @@ class InertOutputs(Preprocessor):
                         del attachments[name]
                         removed.append(f"{where}: attachment {ascii(name)}")
         for cell in nb.cells:
-            if cell.get("cell_type") == "markdown" and (why := markdown_activity(cell.get("source", ""))):
+            if cell.get("cell_type") == "markdown" and (why := markdown_activity(cell.get("source", ""),
+                                                                                 cell.get("attachments"))):
                 where = cell_name(cell)
                 cell.source = inert_markdown(cell.source, why)
                 removed.append(f"{where}: markdown ({why})")
@@ -655,13 +730,22 @@ class _MarkdownCheck(HTMLParser):
         self._flag("a declaration")
 
 
-def markdown_activity(source) -> str | None:
-    """Why a markdown cell's rendering is not inert (None when it is): nbconvert's own rendering, checked."""
-    from nbconvert.filters.markdown import markdown2html
+def markdown_activity(source, attachments=None) -> str | None:
+    """Why a markdown cell's rendering is not inert (None when it is): nbconvert's own rendering, checked.
+
+    The cell's `attachments` (a pasted image) are rendered with it, as nbconvert does for the feedback: without
+    them nbconvert's renderer fails on `attachment:` links, which failed an honest student's autograde. A cell
+    the renderer fails on is shown as text, never a failure of the student's autograde."""
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
     text = "".join(source) if isinstance(source, list) else str(source)
     check = _MarkdownCheck()  # every cell: `[x](javascript&colon;...)` has no ":" and renders as a javascript: link
-    check.feed(markdown2html(text))
+    try:
+        html = MarkdownWithMath(renderer=IPythonRenderer(escape=False, attachments=dict(attachments or {}))).render(
+            text)
+    except Exception:  # mistune or nbconvert raised on the student's text: nothing of it is rendered
+        return "markdown the grader could not render"
+    check.feed(html)
     check.close()
     if check.rawdata.strip():
         check._flag("unparsed HTML")

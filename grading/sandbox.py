@@ -15,6 +15,11 @@ what grading needs:
 - limits: when the grader runs as root, the kernel runs as an unused user id of its own, so that RLIMIT_NPROC caps
   its processes and threads (the kernel does not apply it to root); RLIMIT_AS caps its address space, RLIMIT_FSIZE
   the size of any file it writes;
+- no view of its own policy: bubblewrap reads its options (every bound host path, the environment it sets) from
+  a memfd (`bwrap --args FD`) that it closes before the kernel starts, so /proc/1/cmdline, the first process of
+  the sandbox's pid namespace, shows `bwrap --args FD -- python ... ipykernel_launcher -f <connection file>`
+  and no path of the policy; bubblewrap itself gets an environment of only PATH (and jupyter_client's
+  JPY_PARENT_PID), not the grader's, so no process of the sandbox holds the grader's environment either;
 - a cap on each message the grader accepts from the kernel (ZMQ_MAXMSGSIZE on the grader's sockets): a 200 MB
   print is refused by ZeroMQ before the grader allocates it, so the grader never holds it.
 
@@ -291,6 +296,19 @@ class Policy:
         return cmd
 
 
+def with_args_fd(cmd: Sequence[str]) -> tuple[list[str], int]:
+    """`cmd` (bubblewrap's whole command line) as `bwrap --args FD -- COMMAND...`, and FD: a memfd holding the
+    options, NUL-separated (bwrap(1), --args). The caller passes FD to bubblewrap (Popen's pass_fds) and closes
+    its own copy after the launch; bubblewrap reads it to the end and closes it before running COMMAND."""
+    split = list(cmd).index("--")
+    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)  # pass_fds makes the child's copy inheritable
+    view = memoryview(b"".join(arg.encode() + b"\0" for arg in cmd[1:split]))
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return [cmd[0], "--args", str(fd), *cmd[split:]], fd
+
+
 def sandbox_can_read(path: Path, policy: Policy | None = None) -> bool:
     """Would a student kernel that autograde starts be able to read `path`?
 
@@ -346,6 +364,7 @@ class SandboxKernelManager(AsyncKernelManager):
         self._scratch: Path | None = None  # the kernel's connection folder and its copy of the submission
         self._workdir_source = Path.cwd()
         self._uid = -1  # the kernel's own user id when the grader is root
+        self._args_fd: int | None = None  # bubblewrap's options, until it is launched
         self._spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                                 display_name="Python 3 (grader sandbox)", language="python",
                                 interrupt_mode="message", env={}, metadata={})
@@ -398,11 +417,24 @@ class SandboxKernelManager(AsyncKernelManager):
         # grader's log or terminal), and Popen closes every other descriptor (close_fds, its default)
         kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
         try:
-            return await super()._async_pre_start_kernel(**kw)
+            cmd, kw = await super()._async_pre_start_kernel(**kw)
+            cmd, self._args_fd = with_args_fd(cmd)
         except BaseException:  # no kernel will use the copy (bwrap missing, a bad setting): do not leave it behind
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
             raise
+        # bubblewrap's own environment is the sandbox's first process's: nothing of the grader's (--clearenv
+        # clears only the kernel's; the variables the kernel gets are in the options)
+        kw.update(pass_fds=(self._args_fd,), env={"PATH": os.defpath})
+        return cmd, kw
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            if self._args_fd is not None:
+                os.close(self._args_fd)
+                self._args_fd = None
 
     def write_connection_file(self, **kwargs) -> None:
         super().write_connection_file(**kwargs)

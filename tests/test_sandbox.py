@@ -430,7 +430,14 @@ def test_checked_collect_copies_no_link(tmp_path: Path, caplog: pytest.LogCaptur
     (inbound / "lab.ipynb").write_text("{}")
     (inbound / "notes.txt").symlink_to(tmp_path / "key.pem")
     (tmp_path / "key.pem").write_text("secret")
-    collect = CheckedCollect.__new__(CheckedCollect)  # do_copy refuses before it needs any setting
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    config = Config()
+    config.ExchangeCollect.check_owner = False  # no user alice here: the link is what is refused
+    collect = CheckedCollect(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
+                             config=config)
     collect.do_copy(str(inbound), str(tmp_path / "submitted"))
     assert not (tmp_path / "submitted").exists()
     assert "'notes.txt' is a symbolic link" in caplog.text
