@@ -730,21 +730,29 @@ class _MarkdownCheck(HTMLParser):
         self._flag("a declaration")
 
 
+# What markdown needs to render a tag, an entity (`javascript&colon;` decodes to a scheme), a URL scheme or a link
+# target (`[x](notes.html)`, `[x][1]` with `[1]: ...`, `![i](...)`): a cell with none of them renders only
+# formatting, so it is not rendered here (rendering the batch test's 800 000 characters of `*a` took autograde's
+# peak memory to about 600 MB, past the test's 400 MB bound).
+MARKDOWN_ACTIVE_MARKS = ("<", "&", ":", "](")
+
+
 def markdown_activity(source, attachments=None) -> str | None:
     """Why a markdown cell's rendering is not inert (None when it is): nbconvert's own rendering, checked.
 
     The cell's `attachments` (a pasted image) are rendered with it, as nbconvert does for the feedback: without
     them nbconvert's renderer fails on `attachment:` links, which failed an honest student's autograde. A cell
     the renderer fails on is shown as text, never a failure of the student's autograde."""
-    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+    from .sanitize import render_uncleaned
 
     text = "".join(source) if isinstance(source, list) else str(source)
-    check = _MarkdownCheck()  # every cell: `[x](javascript&colon;...)` has no ":" and renders as a javascript: link
+    if not any(mark in text for mark in MARKDOWN_ACTIVE_MARKS):
+        return None  # no tag, entity, scheme or link target: markdown alone renders only formatting
     try:
-        html = MarkdownWithMath(renderer=IPythonRenderer(escape=False, attachments=dict(attachments or {}))).render(
-            text)
+        html = render_uncleaned(text, attachments)
     except Exception:  # mistune or nbconvert raised on the student's text: nothing of it is rendered
         return "markdown the grader could not render"
+    check = _MarkdownCheck()
     check.feed(html)
     check.close()
     if check.rawdata.strip():

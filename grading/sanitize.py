@@ -73,13 +73,18 @@ def clean_html(html: str) -> str:
         link_rel="noopener noreferrer nofollow", id_prefix=ID_PREFIX)
 
 
-def render_markdown(source: str, attachments: dict | None = None) -> str:
-    """A markdown cell's HTML as nbconvert's HTMLExporter renders it (nbconvert 7's
-    HTMLExporter.markdown2html: IPythonRenderer with escape off, the cell's attachments inlined), then cleaned."""
+def render_uncleaned(source: str, attachments: dict | None = None) -> str:
+    """A markdown cell's HTML exactly as nbconvert's HTMLExporter renders it (nbconvert 7's
+    HTMLExporter.markdown2html: IPythonRenderer with escape off, the cell's attachments inlined): not yet clean."""
     from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
-    renderer = IPythonRenderer(escape=False, attachments=attachments or {})
-    return clean_html(MarkdownWithMath(renderer=renderer).render(str(source)))
+    renderer = IPythonRenderer(escape=False, attachments=dict(attachments or {}))
+    return MarkdownWithMath(renderer=renderer).render(str(source))
+
+
+def render_markdown(source: str, attachments: dict | None = None) -> str:
+    """A markdown cell's HTML as nbconvert renders it, then cleaned."""
+    return clean_html(render_uncleaned(source, attachments))
 
 
 @pass_context

@@ -52,7 +52,7 @@ def run_in_sandbox(code: str, policy: Policy, workdir: Path, env: dict[str, str]
 
 
 def test_a_grader_run_from_a_copy_binds_the_installed_package_the_kernel_imports(tmp_path: Path):
-    copy = copy_of_the_project(tmp_path / "copy", ("minialloc", "quizzes"))
+    copy = copy_of_the_project(tmp_path / "copy", ("minialloc", "quizzes", "grading"))
     grader = ("import json, minialloc, grading.sandbox as s\n"
               "print(json.dumps({'grader': minialloc.__path__[0], 'sandbox': s.__file__,\n"
               "                  'bound': [str(p) for p in s.Policy.default().read_only]}))")
