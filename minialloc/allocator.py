@@ -66,9 +66,7 @@ Blocks and pools, the data these rules work on, are in blocks.py.
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,6 +78,7 @@ from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment, reservation_pages
 from .extension import AllocatorExtension, E
+from .history import DEFAULT_TRACE_ENTRIES, History, clock_past, python_frames
 from .mempool import DEFAULT_POOL, MemPool, PoolId, PrivatePool
 from .oom import OOMReport, OutOfMemoryError
 from .sizes import (
@@ -91,6 +90,7 @@ from .sizes import (
     K_SMALL_SIZE,
     format_size,
 )
+from .snapshot_writer import take_snapshot
 from .stats import DeviceStats
 
 __all__ = [  # Block, BlockPool and InvalidPointerError live in blocks.py; they are still importable from here
@@ -99,7 +99,6 @@ __all__ = [  # Block, BlockPool and InvalidPointerError live in blocks.py; they 
 ]
 
 SIZE_MAX = 2**64 - 1  # "unset" for max_split_size, as std::numeric_limits<size_t>::max()
-DEFAULT_TRACE_ENTRIES = sys.maxsize  # _record_memory_history's max_entries default (torch/cuda/memory.py, 2.13)
 ONE_EXA_BYTES = 1 << 60  # NativeCachingAllocator::allocate refuses size >= one_exa_bytes before anything else
 
 
@@ -156,18 +155,6 @@ def _check_ptr(ptr: object) -> int:
     return ptr
 
 
-def _python_frames(limit: int = 16) -> list[dict]:
-    """The caller's Python stack as snapshot frames ({filename, line, name}), minialloc's own frames skipped."""
-    frames = []
-    f = sys._getframe(1)
-    while f is not None and len(frames) < limit:
-        code = f.f_code
-        if "/minialloc/" not in code.co_filename.replace("\\", "/"):
-            frames.append({"filename": code.co_filename, "line": f.f_lineno, "name": code.co_name})
-        f = f.f_back
-    return frames
-
-
 class CachingAllocator:
     """A caching allocator over one device (SimulatedGPU, or CudaGPU on real hardware).
 
@@ -192,12 +179,9 @@ class CachingAllocator:
         self._total_reserved = 0  # total_allocated_memory: bytes held from the device
         self._set_fraction = False  # allowed_memory_maximum.has_value(): a fraction under 1.0 is set
         self._allowed = 0  # allowed_memory_maximum
-        # Off until record_memory_history(), as PyTorch's record_history. Entries are kept as tuples (cheap on the
-        # hot path) and become PyTorch's dicts in snapshot().
-        self._trace: deque[tuple] | None = None
-        self._record_stacks = False
-        self._trace_note = ""  # user_metadata (torch.cuda.memory._set_memory_metadata) for the entries written
-        self._annotations: list[dict] = []  # a snapshot's external_annotations
+        # None until record_memory_history(), as PyTorch's record_history is off (history.py)
+        self._history: History | None = None
+        self._memory_metadata = ""  # user_metadata (torch.cuda.memory._set_memory_metadata), kept while off too
         # hooks of minialloc's own additions (debug guards, Buffers): empty on PyTorch's path, and then free
         self._extensions: tuple[AllocatorExtension, ...] = ()
         config = self._as_config(config)
@@ -283,10 +267,11 @@ class CachingAllocator:
         free and an alloc keep replays and timelines right."""
         with self._lock:
             src = block.ptr
-            if self._trace is not None:
-                self._record("free_requested", src, block.requested_size, block.stream, block.frames)
-                self._record("free_completed", src, block.requested_size, block.stream, block.frames)
-                self._record("alloc", dst, block.requested_size, block.stream, block.frames)
+            history = self._history
+            if history is not None:
+                history.record("free_requested", src, block.requested_size, block.stream, block.frames)
+                history.record("free_completed", src, block.requested_size, block.stream, block.frames)
+                history.record("alloc", dst, block.requested_size, block.stream, block.frames)
             del self._active[src]
             block.ptr = dst
             self._active[dst] = block
@@ -440,9 +425,10 @@ class CachingAllocator:
         stats.block_allocated(small, block.size, orig_size)
         if block.size >= self._max_split:
             stats.oversize_allocations.increase(1)
-        if self._trace is not None:
-            block.frames = _python_frames() if self._record_stacks else []
-            self._record("alloc", block.ptr, orig_size, stream, block.frames or None)
+        history = self._history
+        if history is not None:
+            block.frames = python_frames() if history.stacks else []
+            history.record("alloc", block.ptr, orig_size, stream, block.frames or None)
         return block.ptr
 
     def _alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, is_retry: bool) -> Block | None:
@@ -464,8 +450,8 @@ class CachingAllocator:
         if alloc_size >= self._max_split:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        if self._trace is not None:
-            self._record("segment_alloc", ptr, alloc_size, stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_alloc", ptr, alloc_size, stream, self._history.context())
         return block
 
     # -- freeing -----------------------------------------------------------------------------------------------
@@ -484,8 +470,8 @@ class CachingAllocator:
                 problem = self._extended_free(block)
             block.allocated = False
             self.stats.free_requested(block.pool.is_small, block.size)
-            if self._trace is not None:
-                self._record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
+            if self._history is not None:
+                self._history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
             if block.size >= self._max_split:
                 self.stats.oversize_allocations.decrease(1)
             if block.stream_uses:
@@ -512,8 +498,8 @@ class CachingAllocator:
         if self._extensions:
             for e in self._extensions:
                 e.on_free_block(block)
-        if self._trace is not None:
-            self._record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
+        if self._history is not None:
+            self._history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
         block.frames = []
         original_size = block.size
         requested_size = block.requested_size
@@ -600,8 +586,8 @@ class CachingAllocator:
     def _release_block(self, block: Block) -> None:
         """release_block: cudaFree a whole cached segment."""
         self.stats.num_device_free += 1
-        if self._trace is not None:
-            self._record("segment_free", block.ptr, block.size, block.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_free", block.ptr, block.size, block.stream, self._history.context())
         self.device.free(block.ptr)
         self._total_reserved -= block.size
         small = block.pool.is_small
@@ -754,14 +740,14 @@ class CachingAllocator:
         stage "START" and "END", as PyTorch writes record_function annotations): the releases between their
         times are empty_cache's, not a malloc's retry. The trace entries themselves are PyTorch's."""
         with self._lock:
-            if self._trace is None:
+            history = self._history
+            if history is None:
                 self._release_cached_blocks()
                 return
-            self._annotate("empty_cache", "START", self._clock_past(self._last_trace_us()))
+            device = getattr(self.device, "index", 0)
+            history.annotate("empty_cache", "START", device)
             self._release_cached_blocks()
-            end = self._clock_past(self._last_trace_us())
-            self._annotate("empty_cache", "END", end)
-            self._clock_past(end)  # entries written after the call are later than its END
+            clock_past(history.annotate("empty_cache", "END", device))  # entries written after are later
 
     # -- expandable segments -----------------------------------------------------------------------------------
     def _expandable_page_size(self, small: bool) -> int:
@@ -821,8 +807,8 @@ class CachingAllocator:
         self._total_reserved += mapped
         self.stats.increase("reserved_bytes", pool.is_small, mapped)
         self.stats.num_device_alloc += 1
-        if self._trace is not None:
-            self._record("segment_map", mapped_ptr, mapped, to_map.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_map", mapped_ptr, mapped, to_map.stream, self._history.context())
         return True
 
     def _try_allocate_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
@@ -866,8 +852,8 @@ class CachingAllocator:
         self._total_reserved -= size
         self.stats.decrease("reserved_bytes", pool.is_small, size)
         self.stats.num_device_free += 1
-        if self._trace is not None:
-            self._record("segment_unmap", ptr, size, block.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_unmap", ptr, size, block.stream, self._history.context())
 
     def _release_expandable_segment(self, block: Block) -> None:
         segment = block.segment
@@ -883,8 +869,8 @@ class CachingAllocator:
     def _out_of_memory(self, orig_size: int, size: int, alloc_size: int, stream: int) -> OutOfMemoryError:
         device_free, total = self.device.mem_get_info()
         self.stats.num_ooms += 1
-        if self._trace is not None:
-            self._record("oom", device_free, size, stream, self._context())
+        if self._history is not None:
+            self._history.record("oom", device_free, size, stream, self._history.context())
         allocated = self.stats.current("allocated_bytes")
         reserved = self.stats.current("reserved_bytes")
         device_room = device_free
@@ -1026,21 +1012,9 @@ class CachingAllocator:
         Python stack as the entries' and blocks' frames (slower); without it trace entries have no "frames" key,
         as PyTorch's have none when no context is recorded. clear_history: drop what was recorded so far.
         """
-        if enabled not in (True, False, None, "all", "state"):
-            raise ValueError(f"enabled must be 'all', 'state', None, True or False, got {enabled!r}")
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"max_entries must be a positive int, got {max_entries!r}")
         with self._lock:
-            on = enabled not in (False, None)
-            if not on:
-                self._trace = None  # recordHistory(false) clears the buffer
-                self._annotations = []
-            else:
-                old = () if self._trace is None or clear_history else self._trace
-                self._trace = deque(old, maxlen=max_entries)
-                if clear_history:
-                    self._annotations = []
-            self._record_stacks = on and stacks
+            self._history = History.switched(self._history, enabled, max_entries, stacks, clear_history,
+                                             self._memory_metadata)
 
     def set_memory_metadata(self, metadata: str) -> None:
         """The user_metadata written into every trace entry from now on ("" clears it), as
@@ -1048,49 +1022,13 @@ class CachingAllocator:
         if not isinstance(metadata, str):
             raise TypeError(f"metadata must be a string, got {type(metadata).__name__}")
         with self._lock:
-            self._trace_note = metadata
+            self._memory_metadata = metadata
+            if self._history is not None:
+                self._history.note = metadata
 
     def get_memory_metadata(self) -> str:
         """torch.cuda.memory._get_memory_metadata: the user_metadata being written."""
-        return self._trace_note
-
-    def _context(self) -> list[dict] | None:
-        """The stack PyTorch attaches to segment and oom entries (the malloc's or free's context) when stacks are
-        recorded; None otherwise. Not on the per-block hot path: segments come and go rarely."""
-        return _python_frames() if self._record_stacks else None
-
-    def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
-        # hot-path callers pass `block.frames or None`: an empty list kept alive by every entry of an unbounded
-        # ring buffer costs memory and garbage-collector time (bench/replay.py, history on, is measurably slower)
-        self._trace.append((action, addr, size, stream, time.time_ns() // 1000, frames, self._trace_note))  # type: ignore[union-attr]
-
-    @staticmethod
-    def _trace_entry(t: tuple) -> dict:
-        """One entry as PyTorch writes it (torch/csrc/cuda/memory_snapshot.cpp): these keys in this order, the
-        address named device_free in oom entries, frames only when a stack was recorded."""
-        action, addr, size, stream, time_us, frames, note = t
-        entry = {"action": action, "device_free" if action == "oom" else "addr": addr, "size": size,
-                 "stream": stream, "time_us": time_us, "compile_context": "N/A", "user_metadata": note}
-        if frames:
-            entry["frames"] = list(frames)
-        return entry
-
-    def _last_trace_us(self) -> int:
-        return self._trace[-1][4] if self._trace else 0
-
-    @staticmethod
-    def _clock_past(t: int) -> int:
-        """The microsecond clock once it reads later than t (at most a microsecond's wait), so that an
-        annotation never shares its time with a trace entry written before or after it."""
-        now = time.time_ns() // 1000
-        while now <= t:
-            now = time.time_ns() // 1000
-        return now
-
-    def _annotate(self, name: str, stage: str, time_us: int) -> None:
-        """An external annotation, in the form PyTorch's record_function annotations take in a snapshot."""
-        self._annotations.append({"name": name, "stage": stage, "device": getattr(self.device, "index", 0),
-                                  "time_us": time_us})
+        return self._memory_metadata
 
     def _all_blocks(self) -> Iterator[Block]:
         """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
@@ -1101,47 +1039,8 @@ class CachingAllocator:
     def snapshot(self) -> dict:
         """The allocator's state in torch.cuda.memory._snapshot()'s schema: segments, device_traces, settings."""
         with self._lock:
-            device_index = getattr(self.device, "index", 0)
-            segments = []
-            total_active = 0
-            for head in self._all_blocks():
-                if head.prev is not None and head.prev.mapped:
-                    continue  # not the first block of a segment (or of a mapped range, when expandable)
-                blocks = []
-                seg = {
-                    "device": device_index, "address": head.ptr, "total_size": 0, "allocated_size": 0,
-                    "active_size": 0, "requested_size": 0, "stream": head.stream,
-                    "segment_type": "small" if head.pool.is_small else "large",
-                    "segment_pool_id": head.pool.pool_id, "is_expandable": head.segment is not None, "frames": [],
-                    "blocks": blocks,
-                }
-                b: Block | None = head
-                while b is not None and b.mapped:
-                    active = b.allocated or b.event_count > 0 or bool(b.stream_uses)
-                    state = "active_allocated" if b.allocated else ("active_pending_free" if active else "inactive")
-                    blocks.append({"address": b.ptr, "size": b.size, "requested_size": b.requested_size,
-                                   "state": state, "frames": list(b.frames)})
-                    seg["total_size"] += b.size
-                    if b.allocated:
-                        seg["allocated_size"] += b.size
-                    if active:
-                        seg["active_size"] += b.size
-                        seg["requested_size"] += b.requested_size
-                    b = b.next
-                total_active += seg["active_size"]
-                segments.append(seg)
-            segments.sort(key=lambda s: s["address"])
-            # PyTorch gathers the traces first and then records the 'snapshot' entry (NativeCachingAllocator::
-            # snapshot calls trace() before DeviceCachingAllocator::snapshot): it shows in the NEXT snapshot.
-            traces = [self._trace_entry(t) for t in (self._trace or ())]
-            if self._trace is not None:
-                self._record("snapshot", 0, total_active, 0)
-            return {
-                "segments": segments,
-                "device_traces": [traces],
-                "allocator_settings": self.config.settings_dict(),
-                "external_annotations": [dict(a) for a in self._annotations],
-            }
+            return take_snapshot(self._all_blocks(), getattr(self.device, "index", 0), self._history,
+                                 self.config.settings_dict())
 
     # -- state restore (minialloc.replay): a recorded run's segments, rebuilt at their recorded addresses --------
     # BEGIN state restore. Owned by the replay work (issue 13); nothing else calls these methods.
