@@ -71,12 +71,13 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from . import restore
 from .blocks import Block, BlockPool, InvalidPointerError, try_merge_blocks
 from .compaction import Buffer, DefragmentReport, defragment
 from .config import AllocatorConfig
 from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
-from .expandable import ExpandableSegment, reservation_pages
+from .expandable import ExpandableSegment
 from .extension import AllocatorExtension, E
 from .history import DEFAULT_TRACE_ENTRIES, History, clock_past, python_frames
 from .mempool import DEFAULT_POOL, MemPool, PoolId, PrivatePool
@@ -1042,162 +1043,26 @@ class CachingAllocator:
             return take_snapshot(self._all_blocks(), getattr(self.device, "index", 0), self._history,
                                  self.config.settings_dict())
 
-    # -- state restore (minialloc.replay): a recorded run's segments, rebuilt at their recorded addresses --------
-    # BEGIN state restore. Owned by the replay work (issue 13); nothing else calls these methods.
+    # -- state restore (restore.py): a recorded run's segments, rebuilt at their recorded addresses ------------
     def restore_segments(self, segments: list[dict]) -> None:
-        """Rebuild segments and blocks given in the snapshot schema (see snapshot.py) at their own addresses.
-
-        PyTorch has no such call: a replay needs it because a real trace starts mid-run, over segments that
-        existed before its first entry (minialloc.replay.state_at_trace_start rebuilds them). The allocator must
-        be empty, and the device must place memory where it is told (SimulatedGPU.place_next; a real driver
-        picks its own addresses, so it is refused). 'active_pending_free' blocks come back free: the events they
-        waited on are not in a snapshot. Peak statistics start at the restored state.
-        """
-        if not getattr(self.device, "supports_placement", False):
-            raise TypeError(f"{type(self.device).__name__} chooses its own addresses: a recorded state can only "
-                            "be rebuilt on a SimulatedGPU")
-        with self._lock:
-            if self._total_reserved or self._active or self._expandable_segments:
-                raise ValueError("restore_segments needs an allocator that holds no memory yet")
-            ordinary = [s for s in segments if not s.get("is_expandable")]
-            for seg in sorted(ordinary, key=lambda s: s["address"]):
-                self._restore_ordinary(seg)
-            ranges: dict[tuple[int, bool, PoolId], list[dict]] = {}
-            for seg in segments:
-                if seg.get("is_expandable"):
-                    key = (seg["stream"], seg.get("segment_type") == "small",
-                           tuple(seg.get("segment_pool_id", DEFAULT_POOL)))
-                    ranges.setdefault(key, []).append(seg)
-            for (stream, small, _pool_id), group in sorted(ranges.items()):
-                self._restore_expandable(stream, small, sorted(group, key=lambda s: s["address"]))
-            self.stats.reset_peak()
-
-    def _restore_blocks(self, seg: dict, pool: BlockPool, segment: ExpandableSegment | None,
-                        prev: Block | None) -> Block | None:
-        """Blocks of one segment (or one mapped range), spliced after prev; returns the last one."""
-        stream, small = seg["stream"], pool.is_small
-        end = seg["address"]
-        split = segment is None and len(seg["blocks"]) > 1
-        for info in seg["blocks"]:
-            address = info.get("address", end)
-            if address != end:
-                raise ValueError(f"segment {seg['address']:#x}: block at {address:#x}, expected {end:#x}")
-            b = Block(address, info["size"], stream, pool)
-            b.segment = segment
-            b.splice(prev, None)
-            if info["state"] == "active_allocated":
-                b.allocated = True
-                b.requested_size = info.get("requested_size", info["size"])
-                b.frames = list(info.get("frames", ()))
-                self._active[address] = b
-                self.stats.block_allocated(small, b.size, b.requested_size)
-                if b.size >= self._max_split:
-                    self.stats.oversize_allocations.increase(1)
-            else:
-                if prev is not None and prev.mapped and not prev.allocated:
-                    raise ValueError(f"segment {seg['address']:#x}: free blocks at {prev.ptr:#x} and {address:#x} "
-                                     "are neighbours; a consistent state has them merged")
-                pool.insert(b)
-                if split:
-                    self.stats.increase("inactive_split", small, 1)
-                    self.stats.increase("inactive_split_bytes", small, b.size)
-            prev, end = b, address + b.size
-        if end != seg["address"] + seg["total_size"]:
-            raise ValueError(f"segment {seg['address']:#x}: blocks end at {end:#x}, total_size says "
-                             f"{seg['address'] + seg['total_size']:#x}")
-        self._total_reserved += seg["total_size"]
-        self.stats.increase("reserved_bytes", small, seg["total_size"])
-        return prev
-
-    def _restore_pools(self, seg: dict) -> tuple[BlockPool, BlockPool]:
-        """(small, large) of the segment's pool; a private one is made, held by the run, if it is new."""
-        pool_id = tuple(seg.get("segment_pool_id", DEFAULT_POOL))
-        return (self._small, self._large) if pool_id == DEFAULT_POOL else self.held_pool(pool_id)
+        """Rebuild segments given in the snapshot schema at their own addresses (a replay's starting state; see
+        restore.restore_segments). The allocator must be empty and the device a SimulatedGPU."""
+        restore.restore_segments(self, segments)
 
     def held_pool(self, pool_id: PoolId) -> tuple[BlockPool, BlockPool]:
-        """The private pool with this id as (small, large), made if new and held for good (a recorded run's
-        pool, whose handle a replay does not have: empty_cache never frees it)."""
-        if pool_id not in self._private:
-            self._incref_pool(pool_id)
-        private = self._private[pool_id]
-        return private.small, private.large
+        """The private pool `pool_id` as (small, large), made if new and held for good (restore.held_pool)."""
+        with self._lock:
+            return restore.held_pool(self, pool_id)
 
     def replay_pool(self, pool_id: PoolId) -> MemPool:
         """A MemPool handle on the recorded run's pool `pool_id` (held_pool), to replay its allocations in it."""
         self.held_pool(pool_id)
         return MemPool(self, pool_id)
 
-    def _restore_ordinary(self, seg: dict) -> None:
-        small = seg.get("segment_type") == "small"
-        pool = self._restore_pools(seg)[0 if small else 1]
-        self.device.place_next(seg["address"])
-        try:
-            self.device.malloc(seg["total_size"])
-        except DeviceOutOfMemory:
-            raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot hold "
-                             f"the segment at {seg['address']:#x}") from None
-        self._restore_blocks(seg, pool, None, None)
-        self.stats.increase("segment", small, 1)
-        if seg["total_size"] >= self._max_split:
-            self.stats.oversize_segments.increase(1)
-
-    def _restore_expandable(self, stream: int, small: bool, ranges: list[dict]) -> None:
-        """Expandable segments holding `ranges` (mapped ranges of one stream and pool, by address): each
-        reservation starts at the lowest range not in the one before (PyTorch maps from the start of a range
-        up), with its pages mapped under the ranges and unmapped blocks in the gaps."""
-        group: list[dict] = []
-        for seg in ranges:
-            if group and seg["address"] + seg["total_size"] > group[0]["address"] + self._reservation_size(small):
-                self._restore_reservation(stream, small, group)
-                group = []
-            group.append(seg)
-        if group:
-            self._restore_reservation(stream, small, group)
-
-    def _reservation_size(self, small: bool) -> int:
-        page = self._expandable_page_size(small)
-        return reservation_pages(self.device.total_memory, page) * page  # as ExpandableSegment reserves
-
-    def _restore_reservation(self, stream: int, small: bool, ranges: list[dict]) -> None:
-        pool = self._restore_pools(ranges[0])[0 if small else 1]
-        self.device.place_next_reservation(ranges[0]["address"])
-        segment = ExpandableSegment(self.device, stream, self._expandable_page_size(small))
-        self._expandable_segments.append(segment)
-        prev: Block | None = None
-        end = segment.ptr
-
-        def hole(ptr: int, size: int, before: Block | None) -> Block:
-            b = Block(ptr, size, stream, pool)
-            b.mapped, b.segment = False, segment
-            b.splice(before, None)
-            pool.insert_unmapped(b)
-            return b
-
-        for seg in ranges:
-            if seg["address"] + seg["total_size"] > segment.ptr + segment.size:
-                raise ValueError(f"expandable range {seg['address']:#x}+{seg['total_size']} does not fit in a "
-                                 f"{segment.size}-byte reservation: give the device more capacity")
-            if segment.map(seg["address"], seg["total_size"]) != seg["total_size"]:
-                raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot map "
-                                 f"{seg['total_size']} bytes at {seg['address']:#x}")
-            if seg["address"] > end:
-                prev = hole(end, seg["address"] - end, prev)
-            prev = self._restore_blocks(seg, pool, segment, prev)
-            end = seg["address"] + seg["total_size"]
-        if end < segment.ptr + segment.size:
-            hole(end, segment.ptr + segment.size - end, prev)
-
     def release_cached_segment(self, ptr: int) -> bool:
-        """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A
-        replay following a recorded run releases exactly the segments the run released."""
-        with self._lock:
-            for pool in self._block_pools():
-                for b in pool.free_blocks():
-                    if b.ptr == ptr and b.segment is None and not b.is_split():
-                        self._release_block(b)
-                        return True
-            return False
-    # END state restore
+        """Give back the cached segment starting at ptr if it is wholly free; False if not (a replay releases
+        exactly the segments the recorded run released)."""
+        return restore.release_cached_segment(self, ptr)
 
     # -- introspection for tests and the course -------------------------------------------------------------------
     @property
