@@ -65,7 +65,6 @@ Blocks and pools, the data these rules work on, are in blocks.py.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -80,8 +79,9 @@ from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment
 from .extension import AllocatorExtension, E
 from .history import DEFAULT_TRACE_ENTRIES, History, clock_past, python_frames
+from .invariants import check_allocator_invariants
 from .mempool import DEFAULT_POOL, MemPool, PoolId, PrivatePool
-from .oom import OOMReport, OutOfMemoryError
+from .oom import OOMReport, OutOfMemoryError, process_info
 from .sizes import (
     K_LARGE_BUFFER,
     K_MIN_BLOCK_SIZE,
@@ -89,7 +89,6 @@ from .sizes import (
     K_ROUND_LARGE,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
-    format_size,
 )
 from .snapshot_writer import take_snapshot
 from .stats import DeviceStats
@@ -888,39 +887,12 @@ class CachingAllocator:
             reserved=reserved,
             largest_free_block=max(self._largest_cached_block(), device_room),
             expandable_segments=self._expandable,
-            process_info=self._process_info(),
+            process_info=process_info(self.device),
         )
         return OutOfMemoryError(report)
 
-    def _process_info(self) -> str:
-        """reportProcessMemoryInfo: one sentence per process using the device, from a device that can list them
-        (NVML on a real GPU: device.process_memory_info() -> [(pid, bytes)]); "" otherwise, as without NVML."""
-        lister = getattr(self.device, "process_memory_info", None)
-        if lister is None:
-            return ""
-        me = os.getpid()
-        return "".join(
-            ("Including non-PyTorch memory, this process" if pid == me else f"Process {pid}")
-            + f" has {format_size(used)} memory in use. "
-            for pid, used in lister()
-        )
-
     def _invalid_pointer(self, what: str, ptr: int) -> InvalidPointerError:
-        """Say what the pointer is: freed already, inside a live block, or not ours at all."""
-        for block in self._all_blocks():
-            if block.ptr == ptr:
-                return InvalidPointerError(
-                    f"{what}({ptr:#x}): invalid device pointer: this block was already freed (double free?)"
-                )
-            if block.ptr < ptr < block.ptr + block.size:
-                state = "live block" if block.allocated else "free block"
-                return InvalidPointerError(
-                    f"{what}({ptr:#x}): invalid device pointer: it lies {ptr - block.ptr} bytes inside the {state} "
-                    f"at {block.ptr:#x} ({block.size} bytes); pass the address malloc returned"
-                )
-        return InvalidPointerError(
-            f"{what}({ptr:#x}): invalid device pointer: it was not returned by this allocator's malloc"
-        )
+        return InvalidPointerError.about(what, ptr, self._all_blocks())
 
     # -- limits --------------------------------------------------------------------------------------------------
     def set_per_process_memory_fraction(self, fraction: float) -> None:
@@ -1072,56 +1044,4 @@ class CachingAllocator:
     def check_invariants(self) -> None:
         """Assert the allocator's bookkeeping agrees with itself and with the device (used by the tests)."""
         with self._lock:
-            _check_allocator_invariants(self)
-
-
-def _check_allocator_invariants(a: CachingAllocator) -> None:
-    heads: list[Block] = []
-    seen: set[int] = set()
-    for pool in a._block_pools():
-        for key in pool.blocks:
-            _stream, _size, _ptr, b = key
-            assert b.mapped and not b.allocated and b.pool is pool and key == b.key, f"bad pool entry {b}"
-        for b in pool.unmapped_blocks():
-            assert not b.mapped and b.segment is not None and b.pool is pool, f"bad unmapped entry {b}"
-            seen.add(id(b))
-    every = list(a._all_blocks())
-    for b in every:
-        seen.add(id(b))
-    starts = [b for b in every if b.prev is None]
-    starts += [b for pool in a._block_pools() for b in pool.unmapped_blocks() if b.prev is None]
-    for head in starts:
-        heads.append(head)
-    reserved = allocated = active = active_bytes = requested = 0
-    split_blocks = split_bytes = segments = 0
-    for head in heads:
-        b: Block | None = head
-        end = head.ptr
-        segments += head.segment is None
-        while b is not None:
-            assert b.ptr == end, f"gap or overlap at {b}"
-            assert id(b) in seen, f"block {b} is in a segment but in no pool and not active"
-            if b.mapped:
-                reserved += b.size
-            if b.allocated:
-                allocated += b.size
-            if b.allocated or b.event_count > 0:
-                active += 1
-                active_bytes += b.size
-                requested += b.requested_size
-            elif b.segment is None and b.is_split():
-                split_blocks += 1
-                split_bytes += b.size
-            if b.next is not None:
-                assert b.next.prev is b
-                free_here = not b.allocated and b.event_count == 0 and not b.stream_uses
-                free_next = not b.next.allocated and b.next.event_count == 0 and not b.next.stream_uses
-                assert not (free_here and free_next and b.mapped == b.next.mapped), f"unmerged {b} {b.next}"
-            end = b.ptr + b.size
-            b = b.next
-    assert reserved == a._total_reserved == a.stats.current("reserved_bytes"), (reserved, a._total_reserved)
-    current = a.stats.current
-    assert allocated == current("allocated_bytes"), (allocated, current("allocated_bytes"))
-    assert (active, active_bytes, requested) == (current("active"), current("active_bytes"), current("requested_bytes"))
-    assert (split_blocks, split_bytes) == (current("inactive_split"), current("inactive_split_bytes"))
-    assert segments == current("segment")
+            check_allocator_invariants(self)
