@@ -77,6 +77,7 @@ from .config import AllocatorConfig
 from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment
+from .expandable_blocks import find_room, map_front, range_block, unmap_free_pages
 from .extension import AllocatorExtension, E
 from .history import DEFAULT_TRACE_ENTRIES, History, clock_past, python_frames
 from .invariants import check_allocator_invariants
@@ -754,61 +755,26 @@ class CachingAllocator:
         # the large pool's page is AcceleratorAllocatorConfig::large_segment_size() (20 MiB unless set)
         return K_SMALL_BUFFER if small else self._large_segment_size
 
-    @staticmethod
-    def _allocatable(b: Block | None) -> bool:
-        return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
-
     def _find_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block:
         """find_expandable_block: the lowest place in this stream's segments with `size` bytes of free-or-unmapped
-        address space; a new segment (address space only) when there is none."""
-        unmapped = pool.unmapped
-        i = unmapped.bisect_left((stream,))
-        while i < len(unmapped):
-            found_stream, _ptr, c = unmapped[i]
-            if found_stream != stream:
-                break
-            if self._allocatable(c.prev):
-                c = c.prev  # a free mapped block just before the hole can be part of the answer
-            room, b = 0, c
-            while room < size and self._allocatable(b):
-                room += b.size
-                b = b.next
-            if room >= size:
-                return c
-            i += 1
+        address space; a new segment (address space only, which is cheap) when there is none."""
+        found = find_room(pool, size, stream)
+        if found is not None:
+            return found
         segment = ExpandableSegment(self.device, stream, self._expandable_page_size(pool.is_small))
         self._expandable_segments.append(segment)
-        candidate = Block(segment.ptr, segment.size, stream, pool)
-        candidate.mapped = False
-        candidate.segment = segment
-        pool.insert_unmapped(candidate)
-        return candidate
+        return range_block(segment, pool)
 
     def _map_block(self, to_map: Block, size: int) -> bool:
-        """map_block: back the front `size` bytes of an unmapped block with pages, and merge it with free neighbours."""
-        assert to_map.segment is not None and not to_map.mapped and size <= to_map.size
-        mapped = to_map.segment.map(to_map.ptr, size)
+        """map_block: back the front `size` bytes of an unmapped block with pages (merged with free neighbours)."""
+        ptr, mapped = map_front(to_map, size)
         if mapped == 0:
             return False
-        pool = to_map.pool
-        pool.remove_unmapped(to_map)
-        to_map.mapped = True
-        if mapped < to_map.size:
-            remaining = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream, pool)
-            remaining.mapped = False
-            remaining.segment = to_map.segment
-            remaining.splice(to_map, to_map.next)
-            pool.insert_unmapped(remaining)
-            to_map.size = mapped
-        mapped_ptr = to_map.ptr
-        try_merge_blocks(to_map, to_map.prev, pool)
-        try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert(to_map)
         self._total_reserved += mapped
-        self.stats.increase("reserved_bytes", pool.is_small, mapped)
+        self.stats.increase("reserved_bytes", to_map.pool.is_small, mapped)
         self.stats.num_device_alloc += 1
         if self._history is not None:
-            self._history.record("segment_map", mapped_ptr, mapped, to_map.stream, self._history.context())
+            self._history.record("segment_map", ptr, mapped, to_map.stream, self._history.context())
         return True
 
     def _try_allocate_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
@@ -827,30 +793,11 @@ class CachingAllocator:
 
     def _unmap_block(self, block: Block) -> None:
         """unmap_block: give back every wholly free page of a free expandable block."""
-        assert block.segment is not None
-        ptr, size = block.segment.unmap(block.ptr, block.size)
+        ptr, size = unmap_free_pages(block)
         if size == 0:
             return
-        pool = block.pool
-        pool.remove(block)
-        before = ptr - block.ptr
-        if before > 0:
-            head = Block(block.ptr, before, block.stream, pool)
-            head.segment = block.segment
-            head.splice(block.prev, block)
-            pool.insert(head)
-        after = block.size - before - size
-        if after > 0:
-            tail = Block(ptr + size, after, block.stream, pool)
-            tail.segment = block.segment
-            tail.splice(block, block.next)
-            pool.insert(tail)
-        block.ptr, block.size, block.mapped = ptr, size, False
-        try_merge_blocks(block, block.prev, pool)
-        try_merge_blocks(block, block.next, pool)
-        pool.insert_unmapped(block)
         self._total_reserved -= size
-        self.stats.decrease("reserved_bytes", pool.is_small, size)
+        self.stats.decrease("reserved_bytes", block.pool.is_small, size)
         self.stats.num_device_free += 1
         if self._history is not None:
             self._history.record("segment_unmap", ptr, size, block.stream, self._history.context())
