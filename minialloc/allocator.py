@@ -75,7 +75,7 @@ from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
 from .expandable import ExpandableSegment
 from .expandable_blocks import find_room, map_front, range_block, unmap_free_pages
-from .extension import AllocatorExtension, E
+from .extension import AllocatorExtension, ExtensionHost
 from .history import History, clock_past, python_frames
 from .memory_api import MemoryAPI, check_ptr, check_size, check_stream
 from .mempool import PoolId, PrivatePool
@@ -132,7 +132,7 @@ def get_allocation_size(size: int, large_segment_size: int = K_LARGE_BUFFER) -> 
     return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
-class CachingAllocator(MemoryAPI):
+class CachingAllocator(ExtensionHost, MemoryAPI):
     """A caching allocator over one device (SimulatedGPU, or CudaGPU on real hardware).
 
     `config` is a string in PYTORCH_CUDA_ALLOC_CONF's grammar ("expandable_segments:True,max_split_size_mb:128"),
@@ -192,73 +192,6 @@ class CachingAllocator(MemoryAPI):
         self._any_divisions = any(config.roundup_power2_divisions)
         self._expandable = config.expandable_segments
         self._large_segment_size = config.large_segment_size
-
-    # -- the extension seam (extension.py) -----------------------------------------------------------------------
-    @property
-    def extensions(self) -> tuple[AllocatorExtension, ...]:
-        """The installed extensions, in the order their hooks run."""
-        return self._extensions
-
-    def add_extension(self, extension: E) -> E:
-        """Install an extension: its hooks run from the next malloc or free on. Returns it."""
-        with self._lock:
-            self._extensions = (*self._extensions, extension)
-        return extension
-
-    def remove_extension(self, extension: AllocatorExtension) -> None:
-        with self._lock:
-            self._extensions = tuple(e for e in self._extensions if e is not extension)
-
-    def find_extension(self, kind: type[E]) -> E | None:
-        """The installed extension of this class (e.g. debug.Guards), or None."""
-        for e in self._extensions:
-            if isinstance(e, kind):
-                return e
-        return None
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The allocator's re-entrant lock: hold it to keep blocks from moving between two calls."""
-        return self._lock
-
-    @property
-    def max_split_size(self) -> int:
-        """max_split_size in bytes (2**64 - 1 when unset): blocks at least this big are "oversize"."""
-        return self._max_split
-
-    def block_at(self, ptr: int) -> Block | None:
-        """The live block (allocated, or freed and waiting on other streams' events) that starts at ptr."""
-        return self._active.get(ptr)
-
-    def blocks(self) -> Iterator[Block]:
-        """Every mapped block: the free ones in the pools, then the active ones (get_all_blocks)."""
-        return self._all_blocks()
-
-    def pools(self) -> tuple[BlockPool, BlockPool]:
-        """(small pool, large pool)."""
-        return self._small, self._large
-
-    def move_block(self, block: Block, dst: int) -> None:
-        """Re-key a live block whose bytes the caller has copied to dst (compaction); the Block object, and so
-        anything holding it, stays the same. The caller fixes its neighbours. PyTorch's trace has no "move": a
-        free and an alloc keep replays and timelines right."""
-        with self._lock:
-            src = block.ptr
-            history = self._history
-            if history is not None:
-                history.record("free_requested", src, block.requested_size, block.stream, block.frames)
-                history.record("free_completed", src, block.requested_size, block.stream, block.frames)
-                history.record("alloc", dst, block.requested_size, block.stream, block.frames)
-            del self._active[src]
-            block.ptr = dst
-            self._active[dst] = block
-
-    def release_segment(self, block: Block) -> None:
-        """Give a wholly free ordinary segment, one free block in its pool, back to the device (release_block)."""
-        with self._lock:
-            if block.allocated or block.is_split() or block.segment is not None or block.key not in block.pool.blocks:
-                raise ValueError(f"{block!r} is not a whole free segment in its pool")
-            self._release_block(block)
 
     def set_allocator_settings(self, text: str) -> None:
         """Change settings at runtime, as torch._C._accelerator_setAllocatorSettings (which
