@@ -55,12 +55,16 @@ Thread safety: one re-entrant lock around every public method, as PyTorch has on
 
 Beyond PyTorch (minialloc's own): debug_guards:True puts guard bytes after every block (debug.py), and blocks
 allocated through Buffer handles can be moved by defragment() (compaction.py). Both are EXTENSIONS written against
-the seam in extension.py: hooks that malloc and free call at fixed points (AllocatorExtension), and the public
-methods of AllocatorHost (block_at, blocks, move_block, release_segment...). They import that seam and never this
-module, so the allocator can offer them (config key, buffer(), defragment()) without an import circle. With no
-extension installed, malloc and free test one empty tuple: the default path runs no extension code.
+the seam in extension.py: hooks that malloc and free call at fixed points (AllocatorExtension), and the methods of
+AllocatorHost (block_at, blocks, move_block, release_segment...; ExtensionHost implements them). They import that
+seam and never this module, so the allocator can offer them (config key, buffer(), defragment()) without an import
+circle. With no extension installed, malloc and free test one empty tuple: the default path runs no extension code.
 
-Blocks and pools, the data these rules work on, are in blocks.py.
+This file is the policy only. The rest of CachingAllocator lives where its idea does: blocks and pools, the data
+the rules work on, in blocks.py; the public calls that are not rules (statistics, memory fraction, MemPool,
+history, snapshot(), the replays' restore_segments) in memory_api.py, which CachingAllocator inherits and which
+calls history.py (the trace ring buffer), snapshot_writer.py, mempool.py, restore.py and invariants.py; the block
+edits of expandable segments in expandable_blocks.py.
 """
 
 from __future__ import annotations
@@ -558,6 +562,12 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
             out += [private.small, private.large]
         return out
 
+    def _all_blocks(self) -> Iterator[Block]:
+        """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
+        for pool in self._block_pools():
+            yield from pool.free_blocks()
+        yield from self._active.values()
+
     def _release_blocks(self, pool: BlockPool) -> None:
         to_unmap = []
         for block in list(pool.free_blocks()):
@@ -704,13 +714,8 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
     def _invalid_pointer(self, what: str, ptr: int) -> InvalidPointerError:
         return InvalidPointerError.about(what, ptr, self._all_blocks())
 
+    # -- limits (set_per_process_memory_fraction, in memory_api.py, validates) ----------------------------------
     def _set_memory_fraction(self, fraction: float) -> None:
         self._set_fraction = fraction < 1.0
         # device_prop.totalGlobalMem is the device's whole memory, whatever is in use
         self._allowed = int(fraction * self.device.total_memory) if self._set_fraction else 0
-
-    def _all_blocks(self) -> Iterator[Block]:
-        """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
-        for pool in self._block_pools():
-            yield from pool.free_blocks()
-        yield from self._active.values()
