@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["MemoryAPI", "check_ptr", "check_size", "check_stream"]
 
 
+# The argument checks of malloc, free and record_stream: called only once the cheap exact-type test on the hot
+# path has failed, to turn a wrong argument into a one-line error that names it.
 def check_size(size: object) -> int:
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError(f"size must be an int number of bytes, got {type(size).__name__} {size!r}")
