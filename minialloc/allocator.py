@@ -55,33 +55,35 @@ Thread safety: one re-entrant lock around every public method, as PyTorch has on
 
 Beyond PyTorch (minialloc's own): debug_guards:True puts guard bytes after every block (debug.py), and blocks
 allocated through Buffer handles can be moved by defragment() (compaction.py). Both are EXTENSIONS written against
-the seam in extension.py: hooks that malloc and free call at fixed points (AllocatorExtension), and the public
-methods of AllocatorHost (block_at, blocks, move_block, release_segment...). They import that seam and never this
-module, so the allocator can offer them (config key, buffer(), defragment()) without an import circle. With no
-extension installed, malloc and free test one empty tuple: the default path runs no extension code.
+the seam in extension.py: hooks that malloc and free call at fixed points (AllocatorExtension), and the methods of
+AllocatorHost (block_at, blocks, move_block, release_segment...; ExtensionHost implements them). They import that
+seam and never this module, so the allocator can offer them (config key, buffer(), defragment()) without an import
+circle. With no extension installed, malloc and free test one empty tuple: the default path runs no extension code.
 
-Blocks and pools, the data these rules work on, are in blocks.py.
+This file is the policy only. The rest of CachingAllocator lives where its idea does: blocks and pools, the data
+the rules work on, in blocks.py; the public calls that are not rules (statistics, memory fraction, MemPool,
+history, snapshot(), the replays' restore_segments) in memory_api.py, which CachingAllocator inherits and which
+calls history.py (the trace ring buffer), snapshot_writer.py, mempool.py, restore.py and invariants.py; the block
+edits of expandable segments in expandable_blocks.py.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 from .blocks import Block, BlockPool, InvalidPointerError, try_merge_blocks
-from .compaction import Buffer, DefragmentReport, defragment
 from .config import AllocatorConfig
 from .debug import Guards
 from .devices.base import Device, DeviceOutOfMemory, StreamEvent
-from .expandable import ExpandableSegment, reservation_pages
-from .extension import AllocatorExtension, E
-from .mempool import DEFAULT_POOL, MemPool, PoolId, PrivatePool
-from .oom import OOMReport, OutOfMemoryError
+from .expandable import ExpandableSegment
+from .expandable_blocks import find_room, map_front, range_block, unmap_free_pages
+from .extension import AllocatorExtension, ExtensionHost
+from .history import History, clock_past, python_frames
+from .memory_api import MemoryAPI, check_ptr, check_size, check_stream
+from .mempool import PoolId, PrivatePool
+from .oom import OOMReport, OutOfMemoryError, process_info
 from .sizes import (
     K_LARGE_BUFFER,
     K_MIN_BLOCK_SIZE,
@@ -89,7 +91,6 @@ from .sizes import (
     K_ROUND_LARGE,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
-    format_size,
 )
 from .stats import DeviceStats
 
@@ -99,7 +100,6 @@ __all__ = [  # Block, BlockPool and InvalidPointerError live in blocks.py; they 
 ]
 
 SIZE_MAX = 2**64 - 1  # "unset" for max_split_size, as std::numeric_limits<size_t>::max()
-DEFAULT_TRACE_ENTRIES = sys.maxsize  # _record_memory_history's max_entries default (torch/cuda/memory.py, 2.13)
 ONE_EXA_BYTES = 1 << 60  # NativeCachingAllocator::allocate refuses size >= one_exa_bytes before anything else
 
 
@@ -136,39 +136,7 @@ def get_allocation_size(size: int, large_segment_size: int = K_LARGE_BUFFER) -> 
     return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
-def _check_size(size: object) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"size must be an int number of bytes, got {type(size).__name__} {size!r}")
-    if size < 0:
-        raise ValueError(f"size must be >= 0, got {size}")
-    return size
-
-
-def _check_stream(stream: object) -> int:
-    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
-        raise TypeError(f"stream must be a non-negative int (0 is the default stream), got {stream!r}")
-    return stream
-
-
-def _check_ptr(ptr: object) -> int:
-    if isinstance(ptr, bool) or not isinstance(ptr, int):
-        raise TypeError(f"pointer must be an int address returned by malloc, got {type(ptr).__name__} {ptr!r}")
-    return ptr
-
-
-def _python_frames(limit: int = 16) -> list[dict]:
-    """The caller's Python stack as snapshot frames ({filename, line, name}), minialloc's own frames skipped."""
-    frames = []
-    f = sys._getframe(1)
-    while f is not None and len(frames) < limit:
-        code = f.f_code
-        if "/minialloc/" not in code.co_filename.replace("\\", "/"):
-            frames.append({"filename": code.co_filename, "line": f.f_lineno, "name": code.co_name})
-        f = f.f_back
-    return frames
-
-
-class CachingAllocator:
+class CachingAllocator(ExtensionHost, MemoryAPI):
     """A caching allocator over one device (SimulatedGPU, or CudaGPU on real hardware).
 
     `config` is a string in PYTORCH_CUDA_ALLOC_CONF's grammar ("expandable_segments:True,max_split_size_mb:128"),
@@ -192,12 +160,9 @@ class CachingAllocator:
         self._total_reserved = 0  # total_allocated_memory: bytes held from the device
         self._set_fraction = False  # allowed_memory_maximum.has_value(): a fraction under 1.0 is set
         self._allowed = 0  # allowed_memory_maximum
-        # Off until record_memory_history(), as PyTorch's record_history. Entries are kept as tuples (cheap on the
-        # hot path) and become PyTorch's dicts in snapshot().
-        self._trace: deque[tuple] | None = None
-        self._record_stacks = False
-        self._trace_note = ""  # user_metadata (torch.cuda.memory._set_memory_metadata) for the entries written
-        self._annotations: list[dict] = []  # a snapshot's external_annotations
+        # None until record_memory_history(), as PyTorch's record_history is off (history.py)
+        self._history: History | None = None
+        self._memory_metadata = ""  # user_metadata (torch.cuda.memory._set_memory_metadata), kept while off too
         # hooks of minialloc's own additions (debug guards, Buffers): empty on PyTorch's path, and then free
         self._extensions: tuple[AllocatorExtension, ...] = ()
         config = self._as_config(config)
@@ -232,72 +197,6 @@ class CachingAllocator:
         self._expandable = config.expandable_segments
         self._large_segment_size = config.large_segment_size
 
-    # -- the extension seam (extension.py) -----------------------------------------------------------------------
-    @property
-    def extensions(self) -> tuple[AllocatorExtension, ...]:
-        """The installed extensions, in the order their hooks run."""
-        return self._extensions
-
-    def add_extension(self, extension: E) -> E:
-        """Install an extension: its hooks run from the next malloc or free on. Returns it."""
-        with self._lock:
-            self._extensions = (*self._extensions, extension)
-        return extension
-
-    def remove_extension(self, extension: AllocatorExtension) -> None:
-        with self._lock:
-            self._extensions = tuple(e for e in self._extensions if e is not extension)
-
-    def find_extension(self, kind: type[E]) -> E | None:
-        """The installed extension of this class (e.g. debug.Guards), or None."""
-        for e in self._extensions:
-            if isinstance(e, kind):
-                return e
-        return None
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The allocator's re-entrant lock: hold it to keep blocks from moving between two calls."""
-        return self._lock
-
-    @property
-    def max_split_size(self) -> int:
-        """max_split_size in bytes (2**64 - 1 when unset): blocks at least this big are "oversize"."""
-        return self._max_split
-
-    def block_at(self, ptr: int) -> Block | None:
-        """The live block (allocated, or freed and waiting on other streams' events) that starts at ptr."""
-        return self._active.get(ptr)
-
-    def blocks(self) -> Iterator[Block]:
-        """Every mapped block: the free ones in the pools, then the active ones (get_all_blocks)."""
-        return self._all_blocks()
-
-    def pools(self) -> tuple[BlockPool, BlockPool]:
-        """(small pool, large pool)."""
-        return self._small, self._large
-
-    def move_block(self, block: Block, dst: int) -> None:
-        """Re-key a live block whose bytes the caller has copied to dst (compaction); the Block object, and so
-        anything holding it, stays the same. The caller fixes its neighbours. PyTorch's trace has no "move": a
-        free and an alloc keep replays and timelines right."""
-        with self._lock:
-            src = block.ptr
-            if self._trace is not None:
-                self._record("free_requested", src, block.requested_size, block.stream, block.frames)
-                self._record("free_completed", src, block.requested_size, block.stream, block.frames)
-                self._record("alloc", dst, block.requested_size, block.stream, block.frames)
-            del self._active[src]
-            block.ptr = dst
-            self._active[dst] = block
-
-    def release_segment(self, block: Block) -> None:
-        """Give a wholly free ordinary segment, one free block in its pool, back to the device (release_block)."""
-        with self._lock:
-            if block.allocated or block.is_split() or block.segment is not None or block.key not in block.pool.blocks:
-                raise ValueError(f"{block!r} is not a whole free segment in its pool")
-            self._release_block(block)
-
     def set_allocator_settings(self, text: str) -> None:
         """Change settings at runtime, as torch._C._accelerator_setAllocatorSettings (which
         torch.cuda.memory._set_allocator_settings calls) does in PyTorch 2.13: the string is parsed from the
@@ -313,9 +212,9 @@ class CachingAllocator:
         """A block of at least `size` bytes usable on `stream` (DeviceCachingAllocator::malloc); its address."""
         # exact type checks first: they are the cheap common case (bool is an int subclass, and is refused)
         if type(stream) is not int or stream < 0:
-            _check_stream(stream)
+            check_stream(stream)
         if type(size) is not int or size <= 0 or size >= 1152921504606846976:  # ONE_EXA_BYTES, as a constant
-            if _check_size(size) == 0:
+            if check_size(size) == 0:
                 return 0  # a null allocation, as PyTorch's allocate(0)
             if size >= ONE_EXA_BYTES:
                 raise OutOfMemoryError.more_than_1eb()
@@ -440,9 +339,10 @@ class CachingAllocator:
         stats.block_allocated(small, block.size, orig_size)
         if block.size >= self._max_split:
             stats.oversize_allocations.increase(1)
-        if self._trace is not None:
-            block.frames = _python_frames() if self._record_stacks else []
-            self._record("alloc", block.ptr, orig_size, stream, block.frames or None)
+        history = self._history
+        if history is not None:
+            block.frames = python_frames() if history.stacks else []
+            history.record("alloc", block.ptr, orig_size, stream, block.frames or None)
         return block.ptr
 
     def _alloc_block(self, pool: BlockPool, size: int, alloc_size: int, stream: int, is_retry: bool) -> Block | None:
@@ -464,15 +364,15 @@ class CachingAllocator:
         if alloc_size >= self._max_split:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        if self._trace is not None:
-            self._record("segment_alloc", ptr, alloc_size, stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_alloc", ptr, alloc_size, stream, self._history.context())
         return block
 
     # -- freeing -----------------------------------------------------------------------------------------------
     def free(self, ptr: int) -> None:
         """Return a block to the cache (DeviceCachingAllocator::free). The device gets it back only on release."""
         if type(ptr) is not int:
-            _check_ptr(ptr)
+            check_ptr(ptr)
         if ptr == 0:
             return
         with self._lock:
@@ -484,8 +384,8 @@ class CachingAllocator:
                 problem = self._extended_free(block)
             block.allocated = False
             self.stats.free_requested(block.pool.is_small, block.size)
-            if self._trace is not None:
-                self._record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
+            if self._history is not None:
+                self._history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
             if block.size >= self._max_split:
                 self.stats.oversize_allocations.decrease(1)
             if block.stream_uses:
@@ -512,8 +412,8 @@ class CachingAllocator:
         if self._extensions:
             for e in self._extensions:
                 e.on_free_block(block)
-        if self._trace is not None:
-            self._record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
+        if self._history is not None:
+            self._history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
         block.frames = []
         original_size = block.size
         requested_size = block.requested_size
@@ -547,8 +447,8 @@ class CachingAllocator:
     # -- streams -----------------------------------------------------------------------------------------------
     def record_stream(self, ptr: int, stream: int) -> None:
         """Mark a block as used on another stream: its free waits for that stream's queued work (recordStream)."""
-        ptr = _check_ptr(ptr)
-        stream = _check_stream(stream)
+        ptr = check_ptr(ptr)
+        stream = check_stream(stream)
         with self._lock:
             block = self._active.get(ptr)
             if block is None or not block.allocated:
@@ -600,8 +500,8 @@ class CachingAllocator:
     def _release_block(self, block: Block) -> None:
         """release_block: cudaFree a whole cached segment."""
         self.stats.num_device_free += 1
-        if self._trace is not None:
-            self._record("segment_free", block.ptr, block.size, block.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_free", block.ptr, block.size, block.stream, self._history.context())
         self.device.free(block.ptr)
         self._total_reserved -= block.size
         small = block.pool.is_small
@@ -655,58 +555,18 @@ class CachingAllocator:
                     del self._private[pool_id]
         return True
 
-    # -- private pools (mempool.py) ------------------------------------------------------------------------------
-    def mem_pool(self) -> MemPool:
-        """A new private pool (torch.cuda.MemPool()): ids (0, 1), (0, 2), ... in creation order."""
-        with self._lock:
-            pool_id = (0, self._next_mempool_id)
-            self._next_mempool_id += 1
-            return MemPool(self, pool_id)
-
-    @contextmanager
-    def use_mem_pool(self, pool: MemPool) -> Iterator[MemPool]:
-        """torch.cuda.use_mem_pool(pool): this thread's allocations come from `pool` inside the block
-        (beginAllocateToPool / endAllocateToPool; the context holds one use of the pool, releasePool drops it)."""
-        if not isinstance(pool, MemPool) or pool._allocator is not self:
-            raise ValueError(f"use_mem_pool needs a MemPool of this allocator (alloc.mem_pool()), got {pool!r}")
-        thread = threading.get_ident()
-        with self._lock:
-            self._incref_pool(pool.id)
-            self._routing.setdefault(thread, []).append(pool.id)
-        try:
-            yield pool
-        finally:
-            with self._lock:
-                stack = self._routing[thread]
-                stack.pop()
-                if not stack:
-                    del self._routing[thread]
-                self._decref_pool(pool.id)
-
-    def _incref_pool(self, pool_id: PoolId) -> None:
-        """create_or_incref_pool."""
-        if pool_id == DEFAULT_POOL:
-            raise ValueError("(0, 0) is the default pool's id, not a private pool's")
-        with self._lock:
-            self._private.setdefault(pool_id, PrivatePool(pool_id)).use_count += 1
-
-    def _decref_pool(self, pool_id: PoolId) -> None:
-        """releasePool: at use_count 0 the pool's cached blocks go back at the next release_cached_blocks."""
-        with self._lock:
-            private = self._private.get(pool_id)
-            if private is not None and private.use_count > 0:
-                private.use_count -= 1
-
-    def _pool_use_count(self, pool_id: PoolId) -> int:
-        private = self._private.get(pool_id)
-        return 0 if private is None else private.use_count
-
     def _block_pools(self) -> list[BlockPool]:
         """Every block pool: the default small and large ones, then each private pool's."""
         out = [self._small, self._large]
         for private in self._private.values():
             out += [private.small, private.large]
         return out
+
+    def _all_blocks(self) -> Iterator[Block]:
+        """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
+        for pool in self._block_pools():
+            yield from pool.free_blocks()
+        yield from self._active.values()
 
     def _release_blocks(self, pool: BlockPool) -> None:
         to_unmap = []
@@ -754,75 +614,40 @@ class CachingAllocator:
         stage "START" and "END", as PyTorch writes record_function annotations): the releases between their
         times are empty_cache's, not a malloc's retry. The trace entries themselves are PyTorch's."""
         with self._lock:
-            if self._trace is None:
+            history = self._history
+            if history is None:
                 self._release_cached_blocks()
                 return
-            self._annotate("empty_cache", "START", self._clock_past(self._last_trace_us()))
+            device = getattr(self.device, "index", 0)
+            history.annotate("empty_cache", "START", device)
             self._release_cached_blocks()
-            end = self._clock_past(self._last_trace_us())
-            self._annotate("empty_cache", "END", end)
-            self._clock_past(end)  # entries written after the call are later than its END
+            clock_past(history.annotate("empty_cache", "END", device))  # entries written after are later
 
     # -- expandable segments -----------------------------------------------------------------------------------
     def _expandable_page_size(self, small: bool) -> int:
         # the large pool's page is AcceleratorAllocatorConfig::large_segment_size() (20 MiB unless set)
         return K_SMALL_BUFFER if small else self._large_segment_size
 
-    @staticmethod
-    def _allocatable(b: Block | None) -> bool:
-        return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
-
     def _find_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block:
         """find_expandable_block: the lowest place in this stream's segments with `size` bytes of free-or-unmapped
-        address space; a new segment (address space only) when there is none."""
-        unmapped = pool.unmapped
-        i = unmapped.bisect_left((stream,))
-        while i < len(unmapped):
-            found_stream, _ptr, c = unmapped[i]
-            if found_stream != stream:
-                break
-            if self._allocatable(c.prev):
-                c = c.prev  # a free mapped block just before the hole can be part of the answer
-            room, b = 0, c
-            while room < size and self._allocatable(b):
-                room += b.size
-                b = b.next
-            if room >= size:
-                return c
-            i += 1
+        address space; a new segment (address space only, which is cheap) when there is none."""
+        found = find_room(pool, size, stream)
+        if found is not None:
+            return found
         segment = ExpandableSegment(self.device, stream, self._expandable_page_size(pool.is_small))
         self._expandable_segments.append(segment)
-        candidate = Block(segment.ptr, segment.size, stream, pool)
-        candidate.mapped = False
-        candidate.segment = segment
-        pool.insert_unmapped(candidate)
-        return candidate
+        return range_block(segment, pool)
 
     def _map_block(self, to_map: Block, size: int) -> bool:
-        """map_block: back the front `size` bytes of an unmapped block with pages, and merge it with free neighbours."""
-        assert to_map.segment is not None and not to_map.mapped and size <= to_map.size
-        mapped = to_map.segment.map(to_map.ptr, size)
+        """map_block: back the front `size` bytes of an unmapped block with pages (merged with free neighbours)."""
+        ptr, mapped = map_front(to_map, size)
         if mapped == 0:
             return False
-        pool = to_map.pool
-        pool.remove_unmapped(to_map)
-        to_map.mapped = True
-        if mapped < to_map.size:
-            remaining = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream, pool)
-            remaining.mapped = False
-            remaining.segment = to_map.segment
-            remaining.splice(to_map, to_map.next)
-            pool.insert_unmapped(remaining)
-            to_map.size = mapped
-        mapped_ptr = to_map.ptr
-        try_merge_blocks(to_map, to_map.prev, pool)
-        try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert(to_map)
         self._total_reserved += mapped
-        self.stats.increase("reserved_bytes", pool.is_small, mapped)
+        self.stats.increase("reserved_bytes", to_map.pool.is_small, mapped)
         self.stats.num_device_alloc += 1
-        if self._trace is not None:
-            self._record("segment_map", mapped_ptr, mapped, to_map.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_map", ptr, mapped, to_map.stream, self._history.context())
         return True
 
     def _try_allocate_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
@@ -841,33 +666,14 @@ class CachingAllocator:
 
     def _unmap_block(self, block: Block) -> None:
         """unmap_block: give back every wholly free page of a free expandable block."""
-        assert block.segment is not None
-        ptr, size = block.segment.unmap(block.ptr, block.size)
+        ptr, size = unmap_free_pages(block)
         if size == 0:
             return
-        pool = block.pool
-        pool.remove(block)
-        before = ptr - block.ptr
-        if before > 0:
-            head = Block(block.ptr, before, block.stream, pool)
-            head.segment = block.segment
-            head.splice(block.prev, block)
-            pool.insert(head)
-        after = block.size - before - size
-        if after > 0:
-            tail = Block(ptr + size, after, block.stream, pool)
-            tail.segment = block.segment
-            tail.splice(block, block.next)
-            pool.insert(tail)
-        block.ptr, block.size, block.mapped = ptr, size, False
-        try_merge_blocks(block, block.prev, pool)
-        try_merge_blocks(block, block.next, pool)
-        pool.insert_unmapped(block)
         self._total_reserved -= size
-        self.stats.decrease("reserved_bytes", pool.is_small, size)
+        self.stats.decrease("reserved_bytes", block.pool.is_small, size)
         self.stats.num_device_free += 1
-        if self._trace is not None:
-            self._record("segment_unmap", ptr, size, block.stream, self._context())
+        if self._history is not None:
+            self._history.record("segment_unmap", ptr, size, block.stream, self._history.context())
 
     def _release_expandable_segment(self, block: Block) -> None:
         segment = block.segment
@@ -883,8 +689,8 @@ class CachingAllocator:
     def _out_of_memory(self, orig_size: int, size: int, alloc_size: int, stream: int) -> OutOfMemoryError:
         device_free, total = self.device.mem_get_info()
         self.stats.num_ooms += 1
-        if self._trace is not None:
-            self._record("oom", device_free, size, stream, self._context())
+        if self._history is not None:
+            self._history.record("oom", device_free, size, stream, self._history.context())
         allocated = self.stats.current("allocated_bytes")
         reserved = self.stats.current("reserved_bytes")
         device_room = device_free
@@ -901,463 +707,15 @@ class CachingAllocator:
             reserved=reserved,
             largest_free_block=max(self._largest_cached_block(), device_room),
             expandable_segments=self._expandable,
-            process_info=self._process_info(),
+            process_info=process_info(self.device),
         )
         return OutOfMemoryError(report)
 
-    def _process_info(self) -> str:
-        """reportProcessMemoryInfo: one sentence per process using the device, from a device that can list them
-        (NVML on a real GPU: device.process_memory_info() -> [(pid, bytes)]); "" otherwise, as without NVML."""
-        lister = getattr(self.device, "process_memory_info", None)
-        if lister is None:
-            return ""
-        me = os.getpid()
-        return "".join(
-            ("Including non-PyTorch memory, this process" if pid == me else f"Process {pid}")
-            + f" has {format_size(used)} memory in use. "
-            for pid, used in lister()
-        )
-
     def _invalid_pointer(self, what: str, ptr: int) -> InvalidPointerError:
-        """Say what the pointer is: freed already, inside a live block, or not ours at all."""
-        for block in self._all_blocks():
-            if block.ptr == ptr:
-                return InvalidPointerError(
-                    f"{what}({ptr:#x}): invalid device pointer: this block was already freed (double free?)"
-                )
-            if block.ptr < ptr < block.ptr + block.size:
-                state = "live block" if block.allocated else "free block"
-                return InvalidPointerError(
-                    f"{what}({ptr:#x}): invalid device pointer: it lies {ptr - block.ptr} bytes inside the {state} "
-                    f"at {block.ptr:#x} ({block.size} bytes); pass the address malloc returned"
-                )
-        return InvalidPointerError(
-            f"{what}({ptr:#x}): invalid device pointer: it was not returned by this allocator's malloc"
-        )
+        return InvalidPointerError.about(what, ptr, self._all_blocks())
 
-    # -- limits --------------------------------------------------------------------------------------------------
-    def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """Cap RESERVED memory at fraction x total (torch.cuda.set_per_process_memory_fraction, PyTorch 2.13).
-
-        The fraction must be a float (an int such as 1 raises TypeError, as torch/cuda/memory.py checks) within
-        [0, 1]. A fraction under 1.0 sets the limit, and only then does garbage_collection_threshold act; 1.0
-        means "no limit" and switches it off again (DeviceCachingAllocator::setMemoryFraction sets
-        allowed_memory_maximum only for fraction < 1.0)."""
-        if not isinstance(fraction, float):
-            raise TypeError("Invalid type for fraction argument, must be `float`")
-        if fraction < 0 or fraction > 1:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-        with self._lock:
-            self._set_memory_fraction(fraction)
-
-    def get_per_process_memory_fraction(self) -> float:
-        """torch.cuda.get_per_process_memory_fraction: allowed / total, or 1.0 when no limit is set."""
-        with self._lock:
-            return self._allowed / self.device.total_memory if self._set_fraction else 1.0
-
+    # -- limits (set_per_process_memory_fraction, in memory_api.py, validates) ----------------------------------
     def _set_memory_fraction(self, fraction: float) -> None:
         self._set_fraction = fraction < 1.0
         # device_prop.totalGlobalMem is the device's whole memory, whatever is in use
         self._allowed = int(fraction * self.device.total_memory) if self._set_fraction else 0
-
-    # -- statistics ----------------------------------------------------------------------------------------------
-    def memory_stats(self) -> dict[str, int]:
-        """Every key of torch.cuda.memory_stats(), with the same meaning."""
-        with self._lock:
-            # stats.max_split_size is set once, in the DeviceCachingAllocator constructor
-            return self.stats.as_dict(self._stats_max_split)
-
-    def memory_allocated(self) -> int:
-        return self.stats.current("allocated_bytes")
-
-    def memory_reserved(self) -> int:
-        return self.stats.current("reserved_bytes")
-
-    def max_memory_allocated(self) -> int:
-        return self.stats.peak("allocated_bytes")
-
-    def max_memory_reserved(self) -> int:
-        return self.stats.peak("reserved_bytes")
-
-    def reset_peak_memory_stats(self) -> None:
-        with self._lock:
-            self.stats.reset_peak()
-
-    def reset_accumulated_memory_stats(self) -> None:
-        with self._lock:
-            self.stats.reset_accumulated()
-
-    def memory_summary(self, abbreviated: bool = False) -> str:
-        """PyTorch's memory_summary table for this allocator."""
-        from .summary import memory_summary
-
-        return memory_summary(self.memory_stats(), device=getattr(self.device, "index", 0), abbreviated=abbreviated)
-
-    def largest_free_block(self) -> int:
-        """The largest cached free block (what a request could get without asking the device)."""
-        with self._lock:
-            return self._largest_cached_block()
-
-    # -- movable blocks (compaction.py) --------------------------------------------------------------------------
-    def buffer(self, nbytes: int, stream: int = 0) -> Buffer:
-        """A block of nbytes behind a handle (compaction.Buffer): its address, buf.ptr, is looked up at each use,
-        so defragment() may move it. Free it with buf.free()."""
-        return Buffer(self, nbytes, stream)
-
-    def defragment(self, release_empty: bool = False) -> DefragmentReport:
-        """Move Buffer blocks toward the start of their segments so each segment's free space becomes one piece;
-        a report (compaction.DefragmentReport) says what moved. See compaction.defragment."""
-        with self._lock:
-            return defragment(self, release_empty)
-
-    # -- history and snapshots -----------------------------------------------------------------------------------
-    def record_memory_history(
-        self,
-        enabled: bool | str | None = "all",
-        max_entries: int = DEFAULT_TRACE_ENTRIES,
-        stacks: bool = False,
-        clear_history: bool = False,
-    ) -> None:
-        """Turn the trace ring buffer on or off (torch.cuda.memory._record_memory_history, PyTorch 2.13).
-
-        Nothing is recorded until this is called: call it before the run you want to read. enabled: "all",
-        "state" or True records, None or False stops and clears. max_entries bounds the ring buffer (default
-        unlimited, as PyTorch's sys.maxsize); the oldest entries go first. stacks: also keep each allocation's
-        Python stack as the entries' and blocks' frames (slower); without it trace entries have no "frames" key,
-        as PyTorch's have none when no context is recorded. clear_history: drop what was recorded so far.
-        """
-        if enabled not in (True, False, None, "all", "state"):
-            raise ValueError(f"enabled must be 'all', 'state', None, True or False, got {enabled!r}")
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"max_entries must be a positive int, got {max_entries!r}")
-        with self._lock:
-            on = enabled not in (False, None)
-            if not on:
-                self._trace = None  # recordHistory(false) clears the buffer
-                self._annotations = []
-            else:
-                old = () if self._trace is None or clear_history else self._trace
-                self._trace = deque(old, maxlen=max_entries)
-                if clear_history:
-                    self._annotations = []
-            self._record_stacks = on and stacks
-
-    def set_memory_metadata(self, metadata: str) -> None:
-        """The user_metadata written into every trace entry from now on ("" clears it), as
-        torch.cuda.memory._set_memory_metadata; entries carry "" when none is set."""
-        if not isinstance(metadata, str):
-            raise TypeError(f"metadata must be a string, got {type(metadata).__name__}")
-        with self._lock:
-            self._trace_note = metadata
-
-    def get_memory_metadata(self) -> str:
-        """torch.cuda.memory._get_memory_metadata: the user_metadata being written."""
-        return self._trace_note
-
-    def _context(self) -> list[dict] | None:
-        """The stack PyTorch attaches to segment and oom entries (the malloc's or free's context) when stacks are
-        recorded; None otherwise. Not on the per-block hot path: segments come and go rarely."""
-        return _python_frames() if self._record_stacks else None
-
-    def _record(self, action: str, addr: int, size: int, stream: int, frames: list | None = None) -> None:
-        # hot-path callers pass `block.frames or None`: an empty list kept alive by every entry of an unbounded
-        # ring buffer costs memory and garbage-collector time (bench/replay.py, history on, is measurably slower)
-        self._trace.append((action, addr, size, stream, time.time_ns() // 1000, frames, self._trace_note))  # type: ignore[union-attr]
-
-    @staticmethod
-    def _trace_entry(t: tuple) -> dict:
-        """One entry as PyTorch writes it (torch/csrc/cuda/memory_snapshot.cpp): these keys in this order, the
-        address named device_free in oom entries, frames only when a stack was recorded."""
-        action, addr, size, stream, time_us, frames, note = t
-        entry = {"action": action, "device_free" if action == "oom" else "addr": addr, "size": size,
-                 "stream": stream, "time_us": time_us, "compile_context": "N/A", "user_metadata": note}
-        if frames:
-            entry["frames"] = list(frames)
-        return entry
-
-    def _last_trace_us(self) -> int:
-        return self._trace[-1][4] if self._trace else 0
-
-    @staticmethod
-    def _clock_past(t: int) -> int:
-        """The microsecond clock once it reads later than t (at most a microsecond's wait), so that an
-        annotation never shares its time with a trace entry written before or after it."""
-        now = time.time_ns() // 1000
-        while now <= t:
-            now = time.time_ns() // 1000
-        return now
-
-    def _annotate(self, name: str, stage: str, time_us: int) -> None:
-        """An external annotation, in the form PyTorch's record_function annotations take in a snapshot."""
-        self._annotations.append({"name": name, "stage": stage, "device": getattr(self.device, "index", 0),
-                                  "time_us": time_us})
-
-    def _all_blocks(self) -> Iterator[Block]:
-        """Every mapped block: free ones in the pools and active ones (get_all_blocks)."""
-        for pool in self._block_pools():
-            yield from pool.free_blocks()
-        yield from self._active.values()
-
-    def snapshot(self) -> dict:
-        """The allocator's state in torch.cuda.memory._snapshot()'s schema: segments, device_traces, settings."""
-        with self._lock:
-            device_index = getattr(self.device, "index", 0)
-            segments = []
-            total_active = 0
-            for head in self._all_blocks():
-                if head.prev is not None and head.prev.mapped:
-                    continue  # not the first block of a segment (or of a mapped range, when expandable)
-                blocks = []
-                seg = {
-                    "device": device_index, "address": head.ptr, "total_size": 0, "allocated_size": 0,
-                    "active_size": 0, "requested_size": 0, "stream": head.stream,
-                    "segment_type": "small" if head.pool.is_small else "large",
-                    "segment_pool_id": head.pool.pool_id, "is_expandable": head.segment is not None, "frames": [],
-                    "blocks": blocks,
-                }
-                b: Block | None = head
-                while b is not None and b.mapped:
-                    active = b.allocated or b.event_count > 0 or bool(b.stream_uses)
-                    state = "active_allocated" if b.allocated else ("active_pending_free" if active else "inactive")
-                    blocks.append({"address": b.ptr, "size": b.size, "requested_size": b.requested_size,
-                                   "state": state, "frames": list(b.frames)})
-                    seg["total_size"] += b.size
-                    if b.allocated:
-                        seg["allocated_size"] += b.size
-                    if active:
-                        seg["active_size"] += b.size
-                        seg["requested_size"] += b.requested_size
-                    b = b.next
-                total_active += seg["active_size"]
-                segments.append(seg)
-            segments.sort(key=lambda s: s["address"])
-            # PyTorch gathers the traces first and then records the 'snapshot' entry (NativeCachingAllocator::
-            # snapshot calls trace() before DeviceCachingAllocator::snapshot): it shows in the NEXT snapshot.
-            traces = [self._trace_entry(t) for t in (self._trace or ())]
-            if self._trace is not None:
-                self._record("snapshot", 0, total_active, 0)
-            return {
-                "segments": segments,
-                "device_traces": [traces],
-                "allocator_settings": self.config.settings_dict(),
-                "external_annotations": [dict(a) for a in self._annotations],
-            }
-
-    # -- state restore (minialloc.replay): a recorded run's segments, rebuilt at their recorded addresses --------
-    # BEGIN state restore. Owned by the replay work (issue 13); nothing else calls these methods.
-    def restore_segments(self, segments: list[dict]) -> None:
-        """Rebuild segments and blocks given in the snapshot schema (see snapshot.py) at their own addresses.
-
-        PyTorch has no such call: a replay needs it because a real trace starts mid-run, over segments that
-        existed before its first entry (minialloc.replay.state_at_trace_start rebuilds them). The allocator must
-        be empty, and the device must place memory where it is told (SimulatedGPU.place_next; a real driver
-        picks its own addresses, so it is refused). 'active_pending_free' blocks come back free: the events they
-        waited on are not in a snapshot. Peak statistics start at the restored state.
-        """
-        if not getattr(self.device, "supports_placement", False):
-            raise TypeError(f"{type(self.device).__name__} chooses its own addresses: a recorded state can only "
-                            "be rebuilt on a SimulatedGPU")
-        with self._lock:
-            if self._total_reserved or self._active or self._expandable_segments:
-                raise ValueError("restore_segments needs an allocator that holds no memory yet")
-            ordinary = [s for s in segments if not s.get("is_expandable")]
-            for seg in sorted(ordinary, key=lambda s: s["address"]):
-                self._restore_ordinary(seg)
-            ranges: dict[tuple[int, bool, PoolId], list[dict]] = {}
-            for seg in segments:
-                if seg.get("is_expandable"):
-                    key = (seg["stream"], seg.get("segment_type") == "small",
-                           tuple(seg.get("segment_pool_id", DEFAULT_POOL)))
-                    ranges.setdefault(key, []).append(seg)
-            for (stream, small, _pool_id), group in sorted(ranges.items()):
-                self._restore_expandable(stream, small, sorted(group, key=lambda s: s["address"]))
-            self.stats.reset_peak()
-
-    def _restore_blocks(self, seg: dict, pool: BlockPool, segment: ExpandableSegment | None,
-                        prev: Block | None) -> Block | None:
-        """Blocks of one segment (or one mapped range), spliced after prev; returns the last one."""
-        stream, small = seg["stream"], pool.is_small
-        end = seg["address"]
-        split = segment is None and len(seg["blocks"]) > 1
-        for info in seg["blocks"]:
-            address = info.get("address", end)
-            if address != end:
-                raise ValueError(f"segment {seg['address']:#x}: block at {address:#x}, expected {end:#x}")
-            b = Block(address, info["size"], stream, pool)
-            b.segment = segment
-            b.splice(prev, None)
-            if info["state"] == "active_allocated":
-                b.allocated = True
-                b.requested_size = info.get("requested_size", info["size"])
-                b.frames = list(info.get("frames", ()))
-                self._active[address] = b
-                self.stats.block_allocated(small, b.size, b.requested_size)
-                if b.size >= self._max_split:
-                    self.stats.oversize_allocations.increase(1)
-            else:
-                if prev is not None and prev.mapped and not prev.allocated:
-                    raise ValueError(f"segment {seg['address']:#x}: free blocks at {prev.ptr:#x} and {address:#x} "
-                                     "are neighbours; a consistent state has them merged")
-                pool.insert(b)
-                if split:
-                    self.stats.increase("inactive_split", small, 1)
-                    self.stats.increase("inactive_split_bytes", small, b.size)
-            prev, end = b, address + b.size
-        if end != seg["address"] + seg["total_size"]:
-            raise ValueError(f"segment {seg['address']:#x}: blocks end at {end:#x}, total_size says "
-                             f"{seg['address'] + seg['total_size']:#x}")
-        self._total_reserved += seg["total_size"]
-        self.stats.increase("reserved_bytes", small, seg["total_size"])
-        return prev
-
-    def _restore_pools(self, seg: dict) -> tuple[BlockPool, BlockPool]:
-        """(small, large) of the segment's pool; a private one is made, held by the run, if it is new."""
-        pool_id = tuple(seg.get("segment_pool_id", DEFAULT_POOL))
-        return (self._small, self._large) if pool_id == DEFAULT_POOL else self.held_pool(pool_id)
-
-    def held_pool(self, pool_id: PoolId) -> tuple[BlockPool, BlockPool]:
-        """The private pool with this id as (small, large), made if new and held for good (a recorded run's
-        pool, whose handle a replay does not have: empty_cache never frees it)."""
-        if pool_id not in self._private:
-            self._incref_pool(pool_id)
-        private = self._private[pool_id]
-        return private.small, private.large
-
-    def replay_pool(self, pool_id: PoolId) -> MemPool:
-        """A MemPool handle on the recorded run's pool `pool_id` (held_pool), to replay its allocations in it."""
-        self.held_pool(pool_id)
-        return MemPool(self, pool_id)
-
-    def _restore_ordinary(self, seg: dict) -> None:
-        small = seg.get("segment_type") == "small"
-        pool = self._restore_pools(seg)[0 if small else 1]
-        self.device.place_next(seg["address"])
-        try:
-            self.device.malloc(seg["total_size"])
-        except DeviceOutOfMemory:
-            raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot hold "
-                             f"the segment at {seg['address']:#x}") from None
-        self._restore_blocks(seg, pool, None, None)
-        self.stats.increase("segment", small, 1)
-        if seg["total_size"] >= self._max_split:
-            self.stats.oversize_segments.increase(1)
-
-    def _restore_expandable(self, stream: int, small: bool, ranges: list[dict]) -> None:
-        """Expandable segments holding `ranges` (mapped ranges of one stream and pool, by address): each
-        reservation starts at the lowest range not in the one before (PyTorch maps from the start of a range
-        up), with its pages mapped under the ranges and unmapped blocks in the gaps."""
-        group: list[dict] = []
-        for seg in ranges:
-            if group and seg["address"] + seg["total_size"] > group[0]["address"] + self._reservation_size(small):
-                self._restore_reservation(stream, small, group)
-                group = []
-            group.append(seg)
-        if group:
-            self._restore_reservation(stream, small, group)
-
-    def _reservation_size(self, small: bool) -> int:
-        page = self._expandable_page_size(small)
-        return reservation_pages(self.device.total_memory, page) * page  # as ExpandableSegment reserves
-
-    def _restore_reservation(self, stream: int, small: bool, ranges: list[dict]) -> None:
-        pool = self._restore_pools(ranges[0])[0 if small else 1]
-        self.device.place_next_reservation(ranges[0]["address"])
-        segment = ExpandableSegment(self.device, stream, self._expandable_page_size(small))
-        self._expandable_segments.append(segment)
-        prev: Block | None = None
-        end = segment.ptr
-
-        def hole(ptr: int, size: int, before: Block | None) -> Block:
-            b = Block(ptr, size, stream, pool)
-            b.mapped, b.segment = False, segment
-            b.splice(before, None)
-            pool.insert_unmapped(b)
-            return b
-
-        for seg in ranges:
-            if seg["address"] + seg["total_size"] > segment.ptr + segment.size:
-                raise ValueError(f"expandable range {seg['address']:#x}+{seg['total_size']} does not fit in a "
-                                 f"{segment.size}-byte reservation: give the device more capacity")
-            if segment.map(seg["address"], seg["total_size"]) != seg["total_size"]:
-                raise ValueError(f"the device is too small for the recorded segments: {self.device!r} cannot map "
-                                 f"{seg['total_size']} bytes at {seg['address']:#x}")
-            if seg["address"] > end:
-                prev = hole(end, seg["address"] - end, prev)
-            prev = self._restore_blocks(seg, pool, segment, prev)
-            end = seg["address"] + seg["total_size"]
-        if end < segment.ptr + segment.size:
-            hole(end, segment.ptr + segment.size - end, prev)
-
-    def release_cached_segment(self, ptr: int) -> bool:
-        """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A
-        replay following a recorded run releases exactly the segments the run released."""
-        with self._lock:
-            for pool in self._block_pools():
-                for b in pool.free_blocks():
-                    if b.ptr == ptr and b.segment is None and not b.is_split():
-                        self._release_block(b)
-                        return True
-            return False
-    # END state restore
-
-    # -- introspection for tests and the course -------------------------------------------------------------------
-    @property
-    def expandable_segments(self) -> list[ExpandableSegment]:
-        return list(self._expandable_segments)
-
-    def check_invariants(self) -> None:
-        """Assert the allocator's bookkeeping agrees with itself and with the device (used by the tests)."""
-        with self._lock:
-            _check_allocator_invariants(self)
-
-
-def _check_allocator_invariants(a: CachingAllocator) -> None:
-    heads: list[Block] = []
-    seen: set[int] = set()
-    for pool in a._block_pools():
-        for key in pool.blocks:
-            _stream, _size, _ptr, b = key
-            assert b.mapped and not b.allocated and b.pool is pool and key == b.key, f"bad pool entry {b}"
-        for b in pool.unmapped_blocks():
-            assert not b.mapped and b.segment is not None and b.pool is pool, f"bad unmapped entry {b}"
-            seen.add(id(b))
-    every = list(a._all_blocks())
-    for b in every:
-        seen.add(id(b))
-    starts = [b for b in every if b.prev is None]
-    starts += [b for pool in a._block_pools() for b in pool.unmapped_blocks() if b.prev is None]
-    for head in starts:
-        heads.append(head)
-    reserved = allocated = active = active_bytes = requested = 0
-    split_blocks = split_bytes = segments = 0
-    for head in heads:
-        b: Block | None = head
-        end = head.ptr
-        segments += head.segment is None
-        while b is not None:
-            assert b.ptr == end, f"gap or overlap at {b}"
-            assert id(b) in seen, f"block {b} is in a segment but in no pool and not active"
-            if b.mapped:
-                reserved += b.size
-            if b.allocated:
-                allocated += b.size
-            if b.allocated or b.event_count > 0:
-                active += 1
-                active_bytes += b.size
-                requested += b.requested_size
-            elif b.segment is None and b.is_split():
-                split_blocks += 1
-                split_bytes += b.size
-            if b.next is not None:
-                assert b.next.prev is b
-                free_here = not b.allocated and b.event_count == 0 and not b.stream_uses
-                free_next = not b.next.allocated and b.next.event_count == 0 and not b.next.stream_uses
-                assert not (free_here and free_next and b.mapped == b.next.mapped), f"unmerged {b} {b.next}"
-            end = b.ptr + b.size
-            b = b.next
-    assert reserved == a._total_reserved == a.stats.current("reserved_bytes"), (reserved, a._total_reserved)
-    current = a.stats.current
-    assert allocated == current("allocated_bytes"), (allocated, current("allocated_bytes"))
-    assert (active, active_bytes, requested) == (current("active"), current("active_bytes"), current("requested_bytes"))
-    assert (split_blocks, split_bytes) == (current("inactive_split"), current("inactive_split_bytes"))
-    assert segments == current("segment")

@@ -15,7 +15,7 @@ Read an entry by unpacking it (`stream, size, ptr, block = entry`) or through `f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
@@ -26,6 +26,21 @@ if TYPE_CHECKING:
 
 class InvalidPointerError(ValueError):
     """free or record_stream was given a pointer this allocator did not hand out, or handed out and took back."""
+
+    @classmethod
+    def about(cls, what: str, ptr: int, blocks: Iterable[Block]) -> InvalidPointerError:
+        """The error for `what(ptr)` saying what the pointer is, among the allocator's `blocks`: freed already,
+        inside a block, or not the allocator's at all."""
+        for block in blocks:
+            if block.ptr == ptr:
+                return cls(f"{what}({ptr:#x}): invalid device pointer: this block was already freed (double free?)")
+            if block.ptr < ptr < block.ptr + block.size:
+                state = "live block" if block.allocated else "free block"
+                return cls(
+                    f"{what}({ptr:#x}): invalid device pointer: it lies {ptr - block.ptr} bytes inside the {state} "
+                    f"at {block.ptr:#x} ({block.size} bytes); pass the address malloc returned"
+                )
+        return cls(f"{what}({ptr:#x}): invalid device pointer: it was not returned by this allocator's malloc")
 
 
 class Block:

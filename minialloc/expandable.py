@@ -6,8 +6,8 @@ address space for 1 1/8 of the device's memory, which costs nothing physical, an
 them. Because pages can be unmapped wherever they lie and mapped again at the end, free holes inside a partly used
 range go back to the device: the fragmentation that makes "5 GB free, can't allocate 2 GB" cannot build up.
 
-The allocator decides WHERE to map (allocator.py: find_expandable_block, map_block, unmap_block); this class
-only talks to the driver, one page-aligned range at a time.
+The allocator decides WHERE to map (allocator.py: find_expandable_block, map_block, unmap_block, with their
+block edits in expandable_blocks.py); this class only talks to the driver, one page-aligned range at a time.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ Two halves:
   with `allocator.add_extension(ext)`. With no extension installed malloc and free test one empty tuple and run
   no hook at all, so the default path costs what it did.
 - AllocatorHost: the allocator's methods an extension (or compaction) may call: find and list blocks, move a live
-  block, give back a whole free segment. CachingAllocator implements it; this module does not import it, so an
-  extension depends on this seam only, and the allocator may import its extensions without an import circle.
+  block, give back a whole free segment. ExtensionHost implements them and CachingAllocator inherits it; this
+  module does not import the allocator, so an extension depends on this seam only, and the allocator may import
+  its extensions without an import circle.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .blocks import Block, BlockPool
+    from .history import History
     from .stats import DeviceStats
 
 
@@ -92,3 +94,87 @@ class AllocatorHost(Protocol):
     def get_memory_metadata(self) -> str: ...
 
     def set_memory_metadata(self, metadata: str) -> None: ...
+
+
+class ExtensionHost:
+    """AllocatorHost's methods, and installing extensions, over the allocator's tables. CachingAllocator
+    (allocator.py) inherits this; the attributes it uses are set by CachingAllocator.__init__."""
+
+    _lock: threading.RLock
+    _extensions: tuple[AllocatorExtension, ...]
+    _max_split: int
+    _active: dict[int, Block]
+    _small: BlockPool
+    _large: BlockPool
+    _history: History | None
+
+    if TYPE_CHECKING:  # the policy's methods these use (allocator.py)
+        def _all_blocks(self) -> Iterator[Block]: ...
+
+        def _release_block(self, block: Block) -> None: ...
+
+    @property
+    def extensions(self) -> tuple[AllocatorExtension, ...]:
+        """The installed extensions, in the order their hooks run."""
+        return self._extensions
+
+    def add_extension(self, extension: E) -> E:
+        """Install an extension: its hooks run from the next malloc or free on. Returns it."""
+        with self._lock:
+            self._extensions = (*self._extensions, extension)
+        return extension
+
+    def remove_extension(self, extension: AllocatorExtension) -> None:
+        with self._lock:
+            self._extensions = tuple(e for e in self._extensions if e is not extension)
+
+    def find_extension(self, kind: type[E]) -> E | None:
+        """The installed extension of this class (e.g. debug.Guards), or None."""
+        for e in self._extensions:
+            if isinstance(e, kind):
+                return e
+        return None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The allocator's re-entrant lock: hold it to keep blocks from moving between two calls."""
+        return self._lock
+
+    @property
+    def max_split_size(self) -> int:
+        """max_split_size in bytes (2**64 - 1 when unset): blocks at least this big are "oversize"."""
+        return self._max_split
+
+    def block_at(self, ptr: int) -> Block | None:
+        """The live block (allocated, or freed and waiting on other streams' events) that starts at ptr."""
+        return self._active.get(ptr)
+
+    def blocks(self) -> Iterator[Block]:
+        """Every mapped block: the free ones in the pools, then the active ones (get_all_blocks)."""
+        return self._all_blocks()
+
+    def pools(self) -> tuple[BlockPool, BlockPool]:
+        """(small pool, large pool)."""
+        return self._small, self._large
+
+    def move_block(self, block: Block, dst: int) -> None:
+        """Re-key a live block whose bytes the caller has copied to dst (compaction); the Block object, and so
+        anything holding it, stays the same. The caller fixes its neighbours. PyTorch's trace has no "move": a
+        free and an alloc keep replays and timelines right."""
+        with self._lock:
+            src = block.ptr
+            history = self._history
+            if history is not None:
+                history.record("free_requested", src, block.requested_size, block.stream, block.frames)
+                history.record("free_completed", src, block.requested_size, block.stream, block.frames)
+                history.record("alloc", dst, block.requested_size, block.stream, block.frames)
+            del self._active[src]
+            block.ptr = dst
+            self._active[dst] = block
+
+    def release_segment(self, block: Block) -> None:
+        """Give a wholly free ordinary segment, one free block in its pool, back to the device (release_block)."""
+        with self._lock:
+            if block.allocated or block.is_split() or block.segment is not None or block.key not in block.pool.blocks:
+                raise ValueError(f"{block!r} is not a whole free segment in its pool")
+            self._release_block(block)

@@ -24,7 +24,9 @@ asked for in pytorch#29554).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 from .sizes import format_size
 
@@ -113,3 +115,17 @@ class OutOfMemoryError(MemoryError):
     @classmethod
     def more_than_1eb(cls) -> OutOfMemoryError:
         return cls(None, MORE_THAN_1EB)
+
+
+def process_info(device: Any) -> str:
+    """reportProcessMemoryInfo: one sentence per process using the device, from a device that can list them
+    (NVML on a real GPU: device.process_memory_info() -> [(pid, bytes)]); "" otherwise, as without NVML."""
+    lister = getattr(device, "process_memory_info", None)
+    if lister is None:
+        return ""
+    me = os.getpid()
+    return "".join(
+        ("Including non-PyTorch memory, this process" if pid == me else f"Process {pid}")
+        + f" has {format_size(used)} memory in use. "
+        for pid, used in lister()
+    )
