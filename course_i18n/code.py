@@ -72,7 +72,10 @@ def find(root: Path, package: str) -> list[cat.Entry]:
         relative = path.relative_to(root)
         module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(relative))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "messages"):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if called != "messages":  # messages(...) or lang.messages(...)
                 continue
             found = _literal_table(node)
             if found is None:

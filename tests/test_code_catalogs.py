@@ -89,7 +89,7 @@ def test_a_table_extract_cannot_read_is_an_error(repo: code.CodeLayout) -> None:
     (repo.root / "minialloc" / "other.py").write_text('NAME = "x"\nT = messages(NAME, {"a": "b"})\n')
     with pytest.raises(ValueError, match=r"other.py:2: messages\(\) needs a literal table name"):
         code.find(repo.root, "minialloc")
-    (repo.root / "minialloc" / "other.py").write_text('T = messages("minialloc.demo.T", {"a": "b"})\n')
+    (repo.root / "minialloc" / "other.py").write_text('T = lang.messages("minialloc.demo.T", {"a": "b"})\n')
     with pytest.raises(ValueError, match="must be named minialloc.other.<NAME>"):
         code.find(repo.root, "minialloc")
 
