@@ -61,7 +61,8 @@ from typing import Any
 
 from ..lang import messages, say
 
-__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "predicted", "reset", "results", "reveal", "say"]
+__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "explainer", "predicted", "reset", "results", "reveal",
+           "say"]
 
 NOT_YET = "not yet"
 _RESULTS: dict[str, str] = {}
@@ -101,6 +102,14 @@ TEXT = messages("minialloc.learn.TEXT", {
 })
 
 
+def explainer(table: Mapping[str, Mapping[str, str]]) -> Callable[..., str]:
+    """A chapter's ``why``, reading its table of explanations (``WHY``) when called."""
+
+    def why(pid: str, **fields: object) -> str:
+        """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+        return say(table, pid, **fields)
+
+    return why
 
 
 class Wrong(Exception):

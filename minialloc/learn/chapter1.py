@@ -13,7 +13,7 @@ from ..allocator import CachingAllocator, round_size
 from ..device import SimulatedGPU
 from ..lang import messages
 from ..sizes import MiB, format_size
-from . import Wrong, call, expect, say
+from . import Wrong, call, expect, explainer, say
 
 __all__ = ["TEXT", "WHY", "check_get_segment", "check_step_peak", "request_facts", "why"]
 
@@ -99,9 +99,7 @@ WHY = messages("minialloc.learn.chapter1.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 
 def request_facts(size: int, capacity: str = "8GiB") -> tuple[int, str, int, int, int]:

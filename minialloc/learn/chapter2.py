@@ -17,7 +17,7 @@ from ..oom import OutOfMemoryError
 from ..replay import TraceError, replay
 from ..sizes import GiB, KiB, MiB, format_size
 from ..workloads import Event, canonical_scenario
-from . import NotYet, Wrong, call, expect, say
+from . import NotYet, Wrong, call, expect, explainer, say
 
 __all__ = ["OOM_CAPACITY", "OOM_MIN_FREE", "OOM_REQUEST", "TEXT", "WHY", "check_oom_trace", "check_releasable", "why"]
 
@@ -92,9 +92,7 @@ WHY = messages("minialloc.learn.chapter2.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 OOM_CAPACITY = 4 * GiB  # the GPU of the build-your-own-OOM exercise
 OOM_REQUEST = 1 * GiB  # the request that must fail after the learner's trace

@@ -13,7 +13,7 @@ from ..lang import messages
 from ..replay import replay
 from ..sizes import MiB, format_size
 from ..workloads import canonical_scenario
-from . import Wrong, call, say
+from . import Wrong, call, explainer, say
 
 __all__ = ["TEXT", "WHY", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages", "why"]
 
@@ -65,9 +65,7 @@ WHY = messages("minialloc.learn.chapter3.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 Block = tuple[int, int, bool]  # (offset from the start of the reserved range, size, free?)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..lang import messages
 from ..paging import BlockManager
-from . import NotYet, Wrong, call, expect, say
+from . import NotYet, Wrong, call, expect, explainer, say
 
 __all__ = ["COW_SCENARIO", "TEXT", "WHY", "check_cow_by_hand", "check_sampling_blocks", "opening_figure",
            "run_cow_scenario", "run_sampling", "why"]
@@ -90,9 +90,7 @@ WHY = messages("minialloc.learn.chapter4.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 
 def opening_figure() -> Any:

@@ -20,7 +20,7 @@ from ..lang import messages
 from ..sizes import KiB, MiB, format_size
 from ..snapshot import load_snapshot
 from ..trace import top_user_frame
-from . import NotYet, Wrong, call, expect, say
+from . import NotYet, Wrong, call, expect, explainer, say
 
 __all__ = ["REAL_SNAPSHOT", "TEXT", "WHY", "check_pinned_segments", "check_who_holds", "practice_snapshots", "why"]
 
@@ -87,9 +87,7 @@ WHY = messages("minialloc.learn.chapter5.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 REAL_SNAPSHOT = Path(__file__).resolve().parents[2] / "course" / "data" / "wedsonlin-medium128-training.pickle"
 

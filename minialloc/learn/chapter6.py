@@ -19,7 +19,7 @@ from ..lang import messages
 from ..replay import ReplayResult, replay
 from ..sizes import GiB, MiB, format_size
 from ..workloads import CANONICAL_CAPACITY, Event, alloc, canonical_scenario, free
-from . import NotYet, Wrong, call, expect, say
+from . import NotYet, Wrong, call, expect, explainer, say
 
 __all__ = ["FAILURES", "PROGRAM_FIXES", "TEXT", "WHY", "check_fit_7b", "check_fixes", "opening_figure", "program_fix",
            "try_fix", "why"]
@@ -126,9 +126,7 @@ WHY = messages("minialloc.learn.chapter6.WHY", {
 })
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 # A model of OPT-1.3B's shape (Zhang et al., 2022: 24 layers, hidden 2048, 32 heads, vocabulary 50272), with the
 # parameter count estimated from the shape (12 L h^2 for the layers + V h for the embedding).
