@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from babel.messages.catalog import Catalog
-from babel.messages.mofile import write_mo
+from babel.messages.mofile import read_mo, write_mo
 
 from . import catalog as cat
 from . import glossary
@@ -119,6 +119,17 @@ def compiled(po: Path) -> bytes:
     return buf.getvalue()
 
 
+def _shown(po: Path) -> dict[tuple[str | None, str], str]:
+    """What a ``.po`` file gives gettext: (context, English) -> translation, for its translated, non-fuzzy entries."""
+    return {(m.context, m.id): m.string for m in cat.messages(cat.read(po)) if cat.translated(m)}
+
+
+def _compiled_translations(mo: Path) -> dict[tuple[str | None, str], str]:
+    """The same for a ``.mo`` file. Compared by content, not bytes: the header Babel writes names its version."""
+    with mo.open("rb") as f:
+        return {(m.context, m.id): m.string for m in read_mo(f) if m.id}
+
+
 def build(layout: CodeLayout, langs: Iterable[str]) -> list[str]:
     """Compile every catalog to its ``.mo``; one line per file written."""
     lines = []
@@ -183,6 +194,6 @@ def check(layout: CodeLayout, langs: Iterable[str]) -> list[str]:
                     problems.append(f"{po}: [{context}] no longer in the code (run `python -m course_i18n extract`): "
                                     f"{text[:60]!r}")
             mo = layout.mo(package, lang)
-            if not mo.exists() or mo.read_bytes() != compiled(po):
+            if not mo.exists() or _shown(po) != _compiled_translations(mo):
                 problems.append(f"{mo}: out of date with its .po (run `python -m course_i18n build`)")
     return problems
