@@ -138,9 +138,8 @@ def build(layout: CodeLayout, langs: Iterable[str]) -> list[str]:
             po, mo = layout.po(package, lang), layout.mo(package, lang)
             if not po.exists():
                 continue
-            data = compiled(po)
-            if not mo.exists() or mo.read_bytes() != data:
-                mo.write_bytes(data)
+            if not mo.exists() or _compiled_translations(mo) != _shown(po):  # same content: leave the file alone
+                mo.write_bytes(compiled(po))
                 lines.append(f"wrote {mo}")
     return lines
 
