@@ -111,7 +111,8 @@ student-labs: $(COURSE_STAMP)
 	$(BIN)/python tools/make_student_labs.py
 
 # The course in Vietnamese and German: update the catalogs course/locale/<lang>/*.po from the English notebooks
-# (changed English becomes fuzzy), then write course/vi/ and course/de/ from them. Commit both; `make test` runs
+# (changed English becomes fuzzy), then write course/vi/ and course/de/ from them; likewise the code's strings
+# (minialloc/locale/, quizzes/locale/: .po updated from the messages() tables, compiled to .mo). Commit both; `make test` runs
 # `python -m course_i18n check` (tests/test_i18n.py), which fails on a stale notebook, an untranslated or fuzzy
 # entry, or a glossary violation. Drafts being translated live in course/locale-work/, which the check ignores:
 # `$(BIN)/python -m course_i18n --only course --locale-dir course/locale-work extract` updates them.

@@ -12,6 +12,10 @@ The same commands cover the labs (``--only course`` or ``--only labs`` to pick o
 their own, graded exactly as the English lab: see ``labs``); ``extract LAB`` creates a lab's catalogs, drafts go to
 ``--labs-locale-dir labs/locale-work``.
 
+The same commands cover the code's learner-facing strings (``--only code``): the English ``minialloc.lang.messages``
+tables in minialloc/ and quizzes/, catalogs ``<package>/locale/<lang>/LC_MESSAGES/<package>.po``, which ``build``
+compiles to the ``.mo`` files the packages read (see ``code``).
+
 ``segments`` cuts cells into units, ``catalog`` reads and merges the ``.po`` files (Babel), ``glossary`` holds the
 per-language term rules, ``tool`` the three commands, ``labs`` what
 is particular to the labs, ``cli`` the command line over both.

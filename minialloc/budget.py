@@ -39,31 +39,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .lang import pick, say
+from .lang import messages, pick, say
 from .sizes import GiB, MiB, format_size
 
 # The budget's words on screen, in the course's languages (minialloc.lang); Budget.items keeps the English keys.
-ITEM_NAMES: dict[str, dict[str, str]] = {
-    "weights": {"en": "weights", "vi": "trọng số", "de": "Gewichte"},
-    "gradients": {"en": "gradients", "vi": "gradient", "de": "Gradienten"},
-    "optimizer states": {"en": "optimizer states", "vi": "trạng thái optimizer", "de": "Optimizer-Zustände"},
-    "activations": {"en": "activations", "vi": "activation", "de": "Aktivierungen"},
-    "workspaces": {"en": "workspaces", "vi": "vùng làm việc (workspace)", "de": "Arbeitsbereiche"},
-    "CUDA context": {"en": "CUDA context", "vi": "CUDA context", "de": "CUDA-Kontext"},
-}
-TEXT: dict[str, dict[str, str]] = {
-    "heading": {"en": "{model}, micro-batch {batch} x {tokens} tokens",
-                "vi": "{model}, micro-batch {batch} x {tokens} token",
-                "de": "{model}, Micro-Batch {batch} x {tokens} Token"},
-    "total": {"en": "total", "vi": "tổng", "de": "gesamt"},
-    "fits": {"en": "fits in {capacity} (headroom {headroom} GiB)",
-             "vi": "vừa trong {capacity} (còn dư {headroom} GiB)",
-             "de": "passt in {capacity} (Reserve {headroom} GiB)"},
-    "does_not_fit": {"en": "does NOT fit in {capacity} (headroom {headroom} GiB)",
-                     "vi": "KHÔNG vừa trong {capacity} (còn dư {headroom} GiB)",
-                     "de": "passt NICHT in {capacity} (Reserve {headroom} GiB)"},
-    "the_gpu": {"en": "the GPU: {capacity}", "vi": "GPU: {capacity}", "de": "die GPU: {capacity}"},
-}
+ITEM_NAMES = messages("minialloc.budget.ITEM_NAMES", {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer states": "optimizer states",
+    "activations": "activations",
+    "workspaces": "workspaces",
+    "CUDA context": "CUDA context",
+})
+TEXT = messages("minialloc.budget.TEXT", {
+    "heading": "{model}, micro-batch {batch} x {tokens} tokens",
+    "total": "total",
+    "fits": "fits in {capacity} (headroom {headroom} GiB)",
+    "does_not_fit": "does NOT fit in {capacity} (headroom {headroom} GiB)",
+    "the_gpu": "the GPU: {capacity}",
+})
 
 
 def item_name(key: str) -> str:

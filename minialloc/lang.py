@@ -7,17 +7,27 @@ cell it adds before the chapter's first code cell::
     minialloc.lang.set_lang("vi")
 
 Code that shows words to a learner (the stepper's and pictures' labels, the exercise checks' feedback, the
-quiz's default language) asks ``get_lang()`` when it draws or prints, and picks its text with ``pick``, using
-the same ``{"en": ..., "vi": ..., "de": ...}`` shape as quizzes/i18n.py. Without ``set_lang`` the language comes
+quiz's interface) writes them in English, in a table made by ``messages``, and asks ``say`` for one of them when it
+draws, prints or raises, so the text follows ``get_lang()`` at that moment. Without ``set_lang`` the language comes
 from the environment variable MINIALLOC_LANG, else English, so the English chapters and every script stay as
 they are.
+
+The translations live where the notebooks' do, in gettext catalogs, the way Python's ``gettext`` module and GNU
+gettext hold them: ``<package>/locale/<lang>/LC_MESSAGES/<package>.po``, one per package (minialloc, quizzes),
+the English text as ``msgid`` and ``"<table>:<key>"`` as ``msgctxt`` (so the same English can be rendered two ways
+in two places). ``python -m course_i18n extract`` writes the ``.po`` files from the tables, ``build`` compiles them
+to the ``.mo`` files read here (with the standard library alone), and ``check`` fails on a missing or stale
+translation and applies the course's glossary to them.
 """
 
 from __future__ import annotations
 
+import gettext
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import cache
+from importlib import resources
 
 LANGS: tuple[str, ...] = ("en", "vi", "de")
 DEFAULT = "en"
@@ -78,3 +88,68 @@ def say(table: Mapping[str, Mapping[str, str]], key: str, /, **fields: object) -
     Modules call it when they draw, print or raise, never at import, so a chapter that sets its language after
     importing them still gets its language."""
     return pick(table[key]).format(**fields)
+
+
+class _Untranslated(gettext.NullTranslations):
+    """The last fallback of a catalog: a message it does not hold is a KeyError, not its English (gettext's
+    default), so ``Text`` can tell "not translated" from "translated as the same words"."""
+
+    def pgettext(self, context: str, message: str) -> str:
+        raise KeyError(f"{context}: {message!r}")
+
+
+@cache
+def catalog(package: str, lang: str) -> gettext.NullTranslations:
+    """The compiled catalog of ``package`` (its ``locale/<lang>/LC_MESSAGES/<package>.mo``) for ``lang``; a package
+    without one has no translations, and every message shows in English."""
+    path = resources.files(package) / "locale" / lang / "LC_MESSAGES" / f"{package}.mo"
+    try:
+        with path.open("rb") as f:
+            found: gettext.NullTranslations = gettext.GNUTranslations(f)
+    except FileNotFoundError:
+        found = gettext.NullTranslations()
+    found.add_fallback(_Untranslated())
+    return found
+
+
+class Text(Mapping[str, str]):
+    """One learner-facing message: its English, and its translations read from the package's catalog when asked.
+
+    It reads as ``{"en": ..., "vi": ..., "de": ...}`` with only the languages the catalog translates, so ``pick``
+    falls back to English for the others."""
+
+    def __init__(self, package: str, context: str, english: str) -> None:
+        self.package, self.context, self.english = package, context, english
+
+    def __getitem__(self, lang: str) -> str:
+        if lang == DEFAULT:
+            return self.english
+        if lang not in LANGS:
+            raise KeyError(lang)
+        return catalog(self.package, lang).pgettext(self.context, self.english)
+
+    def __iter__(self) -> Iterator[str]:
+        return (lang for lang in LANGS if lang in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, lang: object) -> bool:
+        try:
+            self[lang]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"Text({self.context!r}, {self.english!r})"
+
+
+def messages(table: str, english: Mapping[str, str]) -> dict[str, Text]:
+    """A module's table of learner-facing messages: ``key -> Text``, from the English of each.
+
+    ``table`` names it as its catalog entries do (``"minialloc.viz.stepper.TEXT"``; an entry's ``msgctxt`` is
+    ``"<table>:<key>"``) and its first part is the package whose catalog translates it. ``python -m course_i18n
+    extract`` finds these calls in the source, so ``table`` and the English must be written out literally."""
+    package = table.split(".", 1)[0]
+    return {key: Text(package, f"{table}:{key}", text) for key, text in english.items()}

@@ -22,18 +22,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from minialloc.lang import messages
+
 from .bank import Question, Text
 from .i18n import LANGS, check_lang, pick, to_plain, ui
 from .obfuscate import seal, unseal
 
 # Headings for the quizzes made of one tag's questions (quizzes.practice(tag=...)).
-TAG_TITLES: dict[str, Text] = {
-    "faq": {
-        "en": "The course page's own quiz: check your understanding",
-        "vi": "Bài kiểm tra của chính trang khóa học: tự kiểm tra hiểu biết",
-        "de": "Das Quiz der Kursseite: Prüfen Sie Ihr Verständnis",
-    },
-}
+TAG_TITLES = messages("quizzes.practice.TAG_TITLES", {
+    "faq": "The course page's own quiz: check your understanding",
+})
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,9 @@ def _strings(value: object) -> list[str]:
 def test_wheel_has_the_packages(wheel: dict[str, bytes]):
     names = set(wheel)
     for needed in ("minialloc/allocator.py", "quizzes/graded/scoring.py", "quizzes/graded/diagnosis.py",
-                   "quizzes/bank/ch2_fragmentation.json"):
+                   "quizzes/bank/ch2_fragmentation.json", "minialloc/locale/vi/LC_MESSAGES/minialloc.mo",
+                   "minialloc/locale/de/LC_MESSAGES/minialloc.mo", "quizzes/locale/vi/LC_MESSAGES/quizzes.mo",
+                   "quizzes/locale/de/LC_MESSAGES/quizzes.mo"):
         assert needed in names  # the scan below is of a real wheel, not an empty one
 
 

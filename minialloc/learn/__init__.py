@@ -42,8 +42,9 @@ check cell rebuilds the state it measures, so running it twice gives the same ve
 Prediction ids and exercise ids share one namespace; use ``cN-...`` for chapter N.
 
 Languages: everything printed follows ``minialloc.lang.get_lang()`` (a translated chapter sets it once). Each
-module keeps its learner-facing strings in one dict of message ids -> ``{"en": ..., "vi": ..., "de": ...}`` and
-turns an entry into text with ``say(table, id, **fields)`` when it raises or prints, never at import. The outcomes
+module keeps its learner-facing strings in English, in one ``minialloc.lang.messages`` table of message ids (the
+translations are in minialloc's gettext catalogs), and turns an entry into text with ``say(table, id, **fields)``
+when it raises or prints, never at import. The outcomes
 that ``results()`` records ("not yet", "passed", ...) are the same in every language.
 """
 
@@ -58,118 +59,57 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..lang import say
+from ..lang import messages, say
 
-__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "predicted", "reset", "results", "reveal", "say"]
+__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "explainer", "predicted", "reset", "results", "reveal",
+           "say"]
 
 NOT_YET = "not yet"
 _RESULTS: dict[str, str] = {}
 _MISSES: dict[str, int] = {}  # exercise id -> failed checks in a row, for the hint ladder
 
-# What the harness itself prints, in the three languages of the course.
-TEXT: dict[str, dict[str, str]] = {
-    "blank": {
-        "en": "your function still returns ..., the blank template",
-        "vi": "hàm của bạn vẫn trả về ..., tức là vẫn là khung để trống",
-        "de": "Ihre Funktion gibt noch ... zurück, die leere Vorlage",
-    },
-    "predict_not_yet": {
-        "en": "[{id}] not yet: write your prediction in the cell above (replace the ...), then run this cell",
-        "vi": "[{id}] chưa làm: hãy ghi dự đoán của bạn vào ô phía trên (thay dấu ...), rồi chạy ô này",
-        "de": "[{id}] noch nicht: Schreiben Sie Ihre Vorhersage in die Zelle darüber (anstelle von ...) und "
-              "führen Sie dann diese Zelle aus",
-    },
-    "right": {"en": "[{id}] right: {actual}", "vi": "[{id}] đúng: {actual}", "de": "[{id}] richtig: {actual}"},
-    "why": {"en": "why: {why}", "vi": "vì sao: {why}", "de": "warum: {why}"},
-    "wrong": {
-        "en": "[{id}] wrong: you predicted {guess}, minialloc gives {actual}",
-        "vi": "[{id}] sai: bạn dự đoán {guess}, minialloc cho ra {actual}",
-        "de": "[{id}] falsch: Ihre Vorhersage war {guess}, minialloc liefert {actual}",
-    },
-    "item": {
-        "en": "item {n}: you said {guess}, it is {actual}",
-        "vi": "phần tử {n}: bạn ghi {guess}, thực tế là {actual}",
-        "de": "Element {n}: Sie sagten {guess}, tatsächlich {actual}",
-    },
-    "count": {
-        "en": "you gave {got} items, the answer has {want}",
-        "vi": "bạn đưa ra {got} phần tử, đáp án có {want}",
-        "de": "Sie haben {got} Elemente angegeben, die Antwort hat {want}",
-    },
-    "tolerance": {
-        "en": "(within {tol} would have counted as right)",
-        "vi": "(sai lệch trong khoảng {tol} vẫn được tính là đúng)",
-        "de": "(eine Abweichung bis {tol} hätte als richtig gegolten)",
-    },
-    "decimal_unit": {
-        "en": "note: you wrote {unit}, read here as {binary} (2**10 steps), the unit of this course and of PyTorch's "
-              "messages; a true {unit} is a power of 1000, a little smaller",
-        "vi": "lưu ý: bạn viết {unit}, ở đây được hiểu là {binary} (theo bậc 2**10), đơn vị mà khóa học này và thông "
-              "báo của PyTorch dùng; {unit} thực sự là lũy thừa của 1000, nhỏ hơn một chút",
-        "de": "Hinweis: Sie schrieben {unit}, hier als {binary} gelesen (Stufen von 2**10), die Einheit dieses Kurses "
-              "und der Meldungen von PyTorch; ein echtes {unit} ist eine Potenz von 1000, etwas kleiner",
-    },
-    "that_is": {"en": "{value}, that is ({units})", "vi": "{value}, tức là ({units})",
-                "de": "{value}, also ({units})"},
-    "no_compare": {
-        "en": "[{id}] could not compare your prediction ({error})",
-        "vi": "[{id}] không so sánh được dự đoán của bạn ({error})",
-        "de": "[{id}] Ihre Vorhersage ließ sich nicht vergleichen ({error})",
-    },
-    "your_line": {
-        "en": "  in your code, line {line}: {code}",
-        "vi": "  trong mã của bạn, dòng {line}: {code}",
-        "de": "  in Ihrem Code, Zeile {line}: {code}",
-    },
-    "your_line_bare": {
-        "en": "  in your code, line {line}",
-        "vi": "  trong mã của bạn, dòng {line}",
-        "de": "  in Ihrem Code, Zeile {line}",
-    },
-    "exercise_blank": {
-        "en": "[{id}] not yet: fill in the cell above, then run this cell",
-        "vi": "[{id}] chưa làm: hãy điền vào ô phía trên, rồi chạy ô này",
-        "de": "[{id}] noch nicht: Füllen Sie die Zelle darüber aus und führen Sie dann diese Zelle aus",
-    },
-    "exercise_not_yet": {
-        "en": "[{id}] not yet{detail}: fill in the cell above (replace `raise NotImplementedError` or `...`), "
-              "then run both cells",
-        "vi": "[{id}] chưa làm{detail}: hãy điền vào ô phía trên (thay `raise NotImplementedError` hoặc `...`), "
-              "rồi chạy cả hai ô",
-        "de": "[{id}] noch nicht{detail}: Füllen Sie die Zelle darüber aus (anstelle von "
-              "`raise NotImplementedError` oder `...`) und führen Sie dann beide Zellen aus",
-    },
-    "not_implemented": {
-        "en": "[{id}] not yet: your code still raises NotImplementedError; write it in the cell above, then run "
-              "both cells",
-        "vi": "[{id}] chưa làm: mã của bạn vẫn báo NotImplementedError; hãy viết mã vào ô phía trên, rồi chạy "
-              "cả hai ô",
-        "de": "[{id}] noch nicht: Ihr Code löst noch NotImplementedError aus; schreiben Sie ihn in die Zelle "
-              "darüber und führen Sie dann beide Zellen aus",
-    },
-    "not_passed": {"en": "[{id}] not passed: {message}", "vi": "[{id}] chưa đạt: {message}",
-                   "de": "[{id}] nicht bestanden: {message}"},
-    "hint": {"en": "hint: {hint}", "vi": "gợi ý: {hint}", "de": "Hinweis: {hint}"},
-    "recursed": {
-        "en": "[{id}] not passed: your code recursed without end",
-        "vi": "[{id}] chưa đạt: mã của bạn đệ quy không có điểm dừng",
-        "de": "[{id}] nicht bestanden: Ihr Code ruft sich endlos rekursiv auf",
-    },
-    "raised": {
-        "en": "[{id}] not passed: your code raised {error}",
-        "vi": "[{id}] chưa đạt: mã của bạn gây ra lỗi {error}",
-        "de": "[{id}] nicht bestanden: Ihr Code löste einen Fehler aus, {error}",
-    },
-    "ladder": {
-        "en": "{rule} (miss again and the next hint is closer)",
-        "vi": "{rule} (nếu chưa đúng lần nữa, gợi ý tiếp theo sẽ cụ thể hơn)",
-        "de": "{rule} (liegen Sie erneut daneben, wird der nächste Hinweis genauer)",
-    },
-    "passed": {"en": "[{id}] passed", "vi": "[{id}] đạt", "de": "[{id}] bestanden"},
-    "passed_note": {"en": "[{id}] passed: {note}", "vi": "[{id}] đạt: {note}", "de": "[{id}] bestanden: {note}"},
-}
+# What the harness itself prints, in English, shown in the notebook's language (minialloc.lang).
+TEXT = messages("minialloc.learn.TEXT", {
+    "blank": "your function still returns ..., the blank template",
+    "predict_not_yet": "[{id}] not yet: write your prediction in the cell above (replace the ...), then run this cell",
+    "right": "[{id}] right: {actual}",
+    "why": "why: {why}",
+    "wrong": "[{id}] wrong: you predicted {guess}, minialloc gives {actual}",
+    "item": "item {n}: you said {guess}, it is {actual}",
+    "count": "you gave {got} items, the answer has {want}",
+    "tolerance": "(within {tol} would have counted as right)",
+    "decimal_unit":
+        "note: you wrote {unit}, read here as {binary} (2**10 steps), the unit of this course and of PyTorch's "
+        "messages; a true {unit} is a power of 1000, a little smaller",
+    "that_is": "{value}, that is ({units})",
+    "no_compare": "[{id}] could not compare your prediction ({error})",
+    "your_line": "  in your code, line {line}: {code}",
+    "your_line_bare": "  in your code, line {line}",
+    "exercise_blank": "[{id}] not yet: fill in the cell above, then run this cell",
+    "exercise_not_yet":
+        "[{id}] not yet{detail}: fill in the cell above (replace `raise NotImplementedError` or `...`), "
+        "then run both cells",
+    "not_implemented":
+        "[{id}] not yet: your code still raises NotImplementedError; write it in the cell above, then run "
+        "both cells",
+    "not_passed": "[{id}] not passed: {message}",
+    "hint": "hint: {hint}",
+    "recursed": "[{id}] not passed: your code recursed without end",
+    "raised": "[{id}] not passed: your code raised {error}",
+    "ladder": "{rule} (miss again and the next hint is closer)",
+    "passed": "[{id}] passed",
+    "passed_note": "[{id}] passed: {note}",
+})
 
 
+def explainer(table: Mapping[str, Mapping[str, str]]) -> Callable[..., str]:
+    """A chapter's ``why``, reading its table of explanations (``WHY``) when called."""
+
+    def why(pid: str, **fields: object) -> str:
+        """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
+        return say(table, pid, **fields)
+
+    return why
 
 
 class Wrong(Exception):

@@ -9,143 +9,63 @@ from typing import Any
 from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
 from ..expandable import ExpandableSegment
+from ..lang import messages
 from ..replay import replay
 from ..sizes import MiB, format_size
 from ..workloads import canonical_scenario
-from . import Wrong, call, say
+from . import Wrong, call, explainer, say
 
 __all__ = ["TEXT", "WHY", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages", "why"]
 
-# Every sentence a learner reads from this chapter's checkers, in the course's three languages (minialloc.lang).
-TEXT: dict[str, dict[str, str]] = {
-    "not_pages": {"en": "your function returned {got}, a {type}", "vi": "hàm của bạn trả về {got}, kiểu {type}",
-                  "de": "Ihre Funktion gab {got} zurück, vom Typ {type}"},
-    "not_pages_hint": {"en": "return the page numbers as a list, a set or a range",
-                       "vi": "hãy trả về các số trang dưới dạng list, set hoặc range",
-                       "de": "geben Sie die Seitennummern als list, set oder range zurück"},
-    "case": {"en": "a block of {size} at offset {offset} (pages of 20 MiB)",
-             "vi": "một khối {size} ở vị trí (offset) {offset} (trang 20 MiB)",
-             "de": "ein Block von {size} bei Offset {offset} (Seiten zu 20 MiB)"},
-    "page_after": {"en": "{case}: you included the page after its end",
-                   "vi": "{case}: bạn đã tính cả trang nằm sau điểm kết thúc của khối",
-                   "de": "{case}: Sie haben die Seite nach seinem Ende mitgezählt"},
-    "page_after_hint": {"en": "a block that ends exactly on a page boundary does not touch the next page",
-                        "vi": "khối kết thúc đúng tại ranh giới trang thì không chạm vào trang kế tiếp",
-                        "de": "ein Block, der genau auf einer Seitengrenze endet, berührt die nächste Seite nicht"},
-    "last_page": {"en": "{case}: you left out the page its last bytes lie on",
-                  "vi": "{case}: bạn đã bỏ sót trang chứa những byte cuối cùng của khối",
-                  "de": "{case}: Sie haben die Seite ausgelassen, auf der seine letzten Bytes liegen"},
-    "last_page_hint": {"en": "a block that ends inside a page needs that whole page mapped",
-                       "vi": "khối kết thúc giữa một trang thì cần ánh xạ cả trang đó",
-                       "de": "ein Block, der mitten in einer Seite endet, braucht diese ganze Seite gemappt"},
-    "first_page": {"en": "{case}: you left out the page its first bytes lie on",
-                   "vi": "{case}: bạn đã bỏ sót trang chứa những byte đầu tiên của khối",
-                   "de": "{case}: Sie haben die Seite ausgelassen, auf der seine ersten Bytes liegen"},
-    "first_page_hint": {"en": "the first page is the one the offset falls in: offset // page_size",
-                        "vi": "trang đầu tiên là trang chứa offset: offset // page_size",
-                        "de": "die erste Seite ist die, in die der Offset fällt: offset // page_size"},
-    "pages_wrong": {"en": "{case}: you said pages {got}, which are not the pages it lies on",
-                    "vi": "{case}: bạn nói các trang {got}, nhưng khối không nằm trên đúng những trang đó",
-                    "de": "{case}: Sie nannten die Seiten {got}, auf denen er nicht liegt"},
-    "pages_wrong_hint": {
-        "en": "pages are numbered from 0 at the range's start; page i covers [i * page_size, (i + 1) * page_size)",
-        "vi": "các trang được đánh số từ 0 tại đầu vùng địa chỉ; trang i phủ [i * page_size, (i + 1) * page_size)",
-        "de": "die Seiten sind ab 0 am Anfang des Bereichs nummeriert; Seite i umfasst [i * page_size, "
-              "(i + 1) * page_size)",
-    },
-    "touched_passed": {
-        "en": "{n} blocks, at and next to page boundaries, agree with minialloc's ExpandableSegment",
-        "vi": "{n} khối, nằm ngay tại và sát ranh giới trang, đều khớp với ExpandableSegment của minialloc",
-        "de": "{n} Blöcke auf und neben Seitengrenzen stimmen mit minialloc's ExpandableSegment überein",
-    },
-    "state_story": {"en": "the story above (30 MiB freed before a live 15 MiB block)",
-                    "vi": "câu chuyện ở trên (30 MiB được giải phóng, đứng trước một khối 15 MiB đang dùng)",
-                    "de": "die Geschichte oben (30 MiB freigegeben vor einem belegten 15-MiB-Block)"},
-    "state_canonical": {"en": "chapter 2's trace before the 2 GiB request",
-                        "vi": "trace của chương 2, trước yêu cầu 2 GiB",
-                        "de": "der Trace aus Kapitel 2 vor der Anforderung von 2 GiB"},
-    "state_aligned": {"en": "free runs on page boundaries", "vi": "các dải trống nằm trên ranh giới trang",
-                      "de": "freie Bereiche auf Seitengrenzen"},
-    "state_all_free": {"en": "every block free", "vi": "mọi khối đều trống", "de": "alle Blöcke frei"},
-    "unmap_extra": {"en": "state '{state}': you would unmap page(s) {pages}, which empty_cache() keeps",
-                    "vi": "trạng thái '{state}': bạn sẽ bỏ ánh xạ (unmap) trang {pages}, nhưng empty_cache() giữ "
-                          "lại chúng",
-                    "de": "Zustand '{state}': Sie würden Seite(n) {pages} unmappen, die empty_cache() behält"},
-    "unmap_half_hint": {
-        "en": "a page is unmapped only when it lies WHOLLY inside a free block: one byte of a live block on it "
-              "keeps it mapped",
-        "vi": "một trang chỉ bị bỏ ánh xạ khi nó nằm TRỌN trong một khối trống: chỉ cần một byte của khối đang "
-              "dùng nằm trên đó là trang vẫn được giữ ánh xạ",
-        "de": "eine Seite wird nur dann unmappt, wenn sie VOLLSTÄNDIG in einem freien Block liegt: ein einziges "
-              "Byte eines belegten Blocks auf ihr hält sie gemappt",
-    },
-    "unmap_unmapped_hint": {
-        "en": "only mapped pages can be unmapped: stay within the blocks given",
-        "vi": "chỉ những trang đang được ánh xạ mới bỏ ánh xạ được: hãy ở trong phạm vi các khối đã cho",
-        "de": "nur gemappte Seiten lassen sich unmappen: bleiben Sie innerhalb der gegebenen Blöcke",
-    },
-    "unmap_missing": {
-        "en": "state '{state}': empty_cache() also unmaps page(s) {pages}, which you left out",
-        "vi": "trạng thái '{state}': empty_cache() còn bỏ ánh xạ cả trang {pages}, mà bạn đã bỏ sót",
-        "de": "Zustand '{state}': empty_cache() unmappt auch Seite(n) {pages}, die Sie ausgelassen haben",
-    },
-    "unmap_missing_hint": {
-        "en": "every page that lies wholly inside a free block goes, wherever it is: at the start, between live "
-              "blocks, at the end; a page that starts or ends exactly on the free block's edge counts",
-        "vi": "mọi trang nằm trọn trong một khối trống đều bị bỏ ánh xạ, dù ở đâu: ở đầu, giữa các khối đang "
-              "dùng, ở cuối; trang bắt đầu hoặc kết thúc đúng tại mép của khối trống cũng được tính",
-        "de": "jede Seite, die vollständig in einem freien Block liegt, fällt weg, wo auch immer: am Anfang, "
-              "zwischen belegten Blöcken, am Ende; eine Seite, die genau am Rand des freien Blocks beginnt oder "
-              "endet, zählt mit",
-    },
-    "unmap_passed": {
-        "en": "{n} allocator states: the pages you named are the ones empty_cache() unmapped",
-        "vi": "{n} trạng thái của bộ cấp phát: các trang bạn nêu đúng là những trang empty_cache() đã bỏ ánh xạ",
-        "de": "{n} Zustände des Allokators: die von Ihnen genannten Seiten sind genau die, die empty_cache() "
-              "unmappt hat",
-    },
-}
+# Every sentence a learner reads from this chapter's checkers, in English, shown in the notebook's language
+# (minialloc.lang).
+TEXT = messages("minialloc.learn.chapter3.TEXT", {
+    "not_pages": "your function returned {got}, a {type}",
+    "not_pages_hint": "return the page numbers as a list, a set or a range",
+    "case": "a block of {size} at offset {offset} (pages of 20 MiB)",
+    "page_after": "{case}: you included the page after its end",
+    "page_after_hint": "a block that ends exactly on a page boundary does not touch the next page",
+    "last_page": "{case}: you left out the page its last bytes lie on",
+    "last_page_hint": "a block that ends inside a page needs that whole page mapped",
+    "first_page": "{case}: you left out the page its first bytes lie on",
+    "first_page_hint": "the first page is the one the offset falls in: offset // page_size",
+    "pages_wrong": "{case}: you said pages {got}, which are not the pages it lies on",
+    "pages_wrong_hint":
+        "pages are numbered from 0 at the range's start; page i covers [i * page_size, (i + 1) * page_size)",
+    "touched_passed": "{n} blocks, at and next to page boundaries, agree with minialloc's ExpandableSegment",
+    "state_story": "the story above (30 MiB freed before a live 15 MiB block)",
+    "state_canonical": "chapter 2's trace before the 2 GiB request",
+    "state_aligned": "free runs on page boundaries",
+    "state_all_free": "every block free",
+    "unmap_extra": "state '{state}': you would unmap page(s) {pages}, which empty_cache() keeps",
+    "unmap_half_hint":
+        "a page is unmapped only when it lies WHOLLY inside a free block: one byte of a live block on it "
+        "keeps it mapped",
+    "unmap_unmapped_hint": "only mapped pages can be unmapped: stay within the blocks given",
+    "unmap_missing": "state '{state}': empty_cache() also unmaps page(s) {pages}, which you left out",
+    "unmap_missing_hint":
+        "every page that lies wholly inside a free block goes, wherever it is: at the start, between live "
+        "blocks, at the end; a page that starts or ends exactly on the free block's edge counts",
+    "unmap_passed": "{n} allocator states: the pages you named are the ones empty_cache() unmapped",
+})
 
 # Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
 # predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
-WHY: dict[str, dict[str, str]] = {
-    "c3-first-map": {
-        "en": "30 MiB at offset 0 lies on page 0 (0-20 MiB) and on part of page 1 (20-40 MiB): a page is mapped "
-              "whole, so {reserved} are reserved and the last 10 MiB are a free block, mapped and cached.",
-        "vi": "30 MiB tại offset 0 nằm trên trang 0 (0-20 MiB) và một phần trang 1 (20-40 MiB): trang luôn được ánh "
-              "xạ nguyên trang, nên {reserved} được dành riêng, và 10 MiB cuối là một khối trống, đã ánh xạ và nằm "
-              "trong bộ nhớ đệm.",
-        "de": "30 MiB ab Offset 0 liegen auf Seite 0 (0-20 MiB) und auf einem Teil von Seite 1 (20-40 MiB): Eine "
-              "Seite wird immer ganz eingeblendet, also sind {reserved} reserviert, und die letzten 10 MiB sind ein "
-              "freier Block, eingeblendet und im Cache.",
-    },
-    "c3-second-map": {
-        "en": "the lowest room is right after the first block, at 30 MiB: 10 MiB are already mapped there (the end of"
-              " page 1), and the block runs on to 45 MiB, into page 2, which gets mapped.",
-        "vi": "chỗ trống thấp nhất nằm ngay sau khối đầu tiên, tại 30 MiB: ở đó đã có 10 MiB được ánh xạ (phần cuối "
-              "của trang 1), và khối kéo dài tới 45 MiB, sang trang 2, nên trang 2 được ánh xạ.",
-        "de": "der niedrigste freie Platz liegt direkt hinter dem ersten Block, bei 30 MiB: Dort sind schon 10 MiB "
-              "eingeblendet (das Ende von Seite 1), und der Block reicht bis 45 MiB, also in Seite 2 hinein, die "
-              "eingeblendet wird.",
-    },
-    "c3-unmap": {
-        "en": "the free block is 0-30 MiB: page 0 lies wholly inside it and goes back to the device; page 1 (20-40 "
-              "MiB) also holds the live 15 MiB block (30-45 MiB), so it stays, and so does page 2. The free 10 MiB "
-              "left on page 1 stays mapped and cached. Reserved now: {reserved}.",
-        "vi": "khối trống là 0-30 MiB: trang 0 nằm trọn trong đó nên được trả về thiết bị; trang 1 (20-40 MiB) còn "
-              "chứa khối 15 MiB đang sống (30-45 MiB) nên được giữ lại, trang 2 cũng vậy. 10 MiB trống còn lại trên "
-              "trang 1 vẫn được ánh xạ và nằm trong bộ nhớ đệm. Bộ nhớ dành riêng lúc này: {reserved}.",
-        "de": "der freie Block reicht von 0 bis 30 MiB: Seite 0 liegt vollständig darin und geht an das Gerät zurück;"
-              " auf Seite 1 (20-40 MiB) liegt auch der lebende 15-MiB-Block (30-45 MiB), also bleibt sie, ebenso "
-              "Seite 2. Die freien 10 MiB, die auf Seite 1 übrig sind, bleiben eingeblendet und im Cache. Jetzt "
-              "reserviert: {reserved}.",
-    },
-}
+WHY = messages("minialloc.learn.chapter3.WHY", {
+    "c3-first-map":
+        "30 MiB at offset 0 lies on page 0 (0-20 MiB) and on part of page 1 (20-40 MiB): a page is mapped "
+        "whole, so {reserved} are reserved and the last 10 MiB are a free block, mapped and cached.",
+    "c3-second-map":
+        "the lowest room is right after the first block, at 30 MiB: 10 MiB are already mapped there (the end of"
+        " page 1), and the block runs on to 45 MiB, into page 2, which gets mapped.",
+    "c3-unmap":
+        "the free block is 0-30 MiB: page 0 lies wholly inside it and goes back to the device; page 1 (20-40 "
+        "MiB) also holds the live 15 MiB block (30-45 MiB), so it stays, and so does page 2. The free 10 MiB "
+        "left on page 1 stays mapped and cached. Reserved now: {reserved}.",
+})
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 Block = tuple[int, int, bool]  # (offset from the start of the reserved range, size, free?)
 

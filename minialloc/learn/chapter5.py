@@ -16,198 +16,78 @@ from typing import Any
 
 from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
+from ..lang import messages
 from ..sizes import KiB, MiB, format_size
 from ..snapshot import load_snapshot
 from ..trace import top_user_frame
-from . import NotYet, Wrong, call, expect, say
+from . import NotYet, Wrong, call, expect, explainer, say
 
 __all__ = ["REAL_SNAPSHOT", "TEXT", "WHY", "check_pinned_segments", "check_who_holds", "practice_snapshots", "why"]
 
-# Every sentence a learner reads from this chapter's checkers, in the course's three languages (minialloc.lang).
-TEXT: dict[str, dict[str, str]] = {
+# Every sentence a learner reads from this chapter's checkers, in English, shown in the notebook's language
+# (minialloc.lang).
+TEXT = messages("minialloc.learn.chapter5.TEXT", {
     # the German name is dative: the sentences below say "bei {name}" and "von {name}"
-    "run_name": {"en": "a minialloc run ({config})", "vi": "một lần chạy minialloc ({config})",
-                 "de": "einem minialloc-Lauf ({config})"},
-    "not_dict": {"en": "on {name}, who_holds returned a {type}, not a dict",
-                 "vi": "trên {name}, who_holds trả về một {type}, không phải dict",
-                 "de": "bei {name} gab who_holds ein {type} zurück, kein dict"},
-    "not_dict_hint": {"en": "return a dict such as {{'forward (train.py:41)': 123456, ...}}",
-                      "vi": "hãy trả về một dict như {{'forward (train.py:41)': 123456, ...}}",
-                      "de": "geben Sie ein dict wie {{'forward (train.py:41)': 123456, ...}} zurück"},
-    "extra_key": {
-        "en": "on {name}, your dict has the key {key}, which is the top user frame of no live block",
-        "vi": "trên {name}, dict của bạn có khóa {key}, nhưng đó không phải frame người dùng trên cùng của khối "
-              "đang dùng nào",
-        "de": "bei {name} enthält Ihr dict den Schlüssel {key}, der oberster Benutzer-Frame keines belegten "
-              "Blocks ist",
-    },
-    "extra_key_hint": {
-        "en": "name each block with top_user_frame(block['frames']), and count only live blocks",
-        "vi": "hãy đặt tên cho từng khối bằng top_user_frame(block['frames']), và chỉ đếm các khối đang dùng",
-        "de": "benennen Sie jeden Block mit top_user_frame(block['frames']) und zählen Sie nur belegte Blöcke",
-    },
-    "missing_key": {"en": "on {name}, no entry for {key}, which holds live blocks",
-                    "vi": "trên {name}, không có mục nào cho {key}, dù nó đang giữ các khối đang dùng",
-                    "de": "bei {name} fehlt ein Eintrag für {key}, das belegte Blöcke hält"},
-    "missing_key_hint": {
-        "en": "every active_allocated block counts, including those whose frames are empty or C++ only",
-        "vi": "mọi khối active_allocated đều được tính, kể cả những khối có frames rỗng hoặc chỉ có C++",
-        "de": "jeder Block im Zustand active_allocated zählt, auch solche, deren frames leer sind oder nur C++ "
-              "enthalten",
-    },
-    "pending_hint": {
-        "en": "blocks in state 'active_pending_free' were freed by the program (they only wait for another "
-              "stream): they are not live",
-        "vi": "các khối ở trạng thái 'active_pending_free' đã được chương trình giải phóng (chúng chỉ đang chờ một "
-              "luồng CUDA khác): chúng không còn được dùng",
-        "de": "Blöcke im Zustand 'active_pending_free' hat das Programm freigegeben (sie warten nur auf einen "
-              "anderen Stream): sie sind nicht belegt",
-    },
-    "every_block_hint": {
-        "en": "you counted every block of the segments, free ones too: the question is who holds memory now, so "
-              "only live blocks (state 'active_allocated') count",
-        "vi": "bạn đã đếm mọi khối của các phân đoạn, cả khối trống: câu hỏi là ai đang giữ bộ nhớ lúc này, nên "
-              "chỉ các khối đang dùng (trạng thái 'active_allocated') được tính",
-        "de": "Sie haben jeden Block der Segmente gezählt, auch freie: gefragt ist, wer jetzt Speicher hält, also "
-              "zählen nur belegte Blöcke (Zustand 'active_allocated')",
-    },
-    "size_hint": {
-        "en": "add the blocks' 'size' (what they hold), not 'requested_size', for state 'active_allocated' only",
-        "vi": "hãy cộng 'size' của các khối (lượng chúng giữ), không phải 'requested_size', và chỉ với trạng thái "
-              "'active_allocated'",
-        "de": "addieren Sie die 'size' der Blöcke (was sie belegen), nicht 'requested_size', und nur für den "
-              "Zustand 'active_allocated'",
-    },
-    "bytes_wrong": {"en": "on {name}, the bytes for {key} are not what its live blocks hold",
-                    "vi": "trên {name}, số byte của {key} không bằng lượng mà các khối đang dùng của nó giữ",
-                    "de": "bei {name} stimmen die Bytes für {key} nicht mit dem überein, was seine belegten "
-                          "Blöcke halten"},
-    "who_passed": {"en": "on {name}, the largest holder is {holder} with {size}",
-                   "vi": "trên {name}, nơi giữ nhiều bộ nhớ nhất là {holder} với {size}",
-                   "de": "bei {name} hält {holder} am meisten, nämlich {size}"},
-    "not_list": {"en": "on {name}, pinned_segments returned a {type}, not a list",
-                 "vi": "trên {name}, pinned_segments trả về một {type}, không phải list",
-                 "de": "bei {name} gab pinned_segments ein {type} zurück, keine Liste"},
-    "not_list_hint": {"en": "return a list of segment addresses (ints), sorted",
-                      "vi": "hãy trả về một list địa chỉ phân đoạn (int), đã sắp xếp",
-                      "de": "geben Sie eine sortierte Liste von Segmentadressen (ints) zurück"},
-    "unsorted": {"en": "on {name}, your addresses are not sorted",
-                 "vi": "trên {name}, các địa chỉ của bạn chưa được sắp xếp",
-                 "de": "bei {name} sind Ihre Adressen nicht sortiert"},
-    "unsorted_hint": {"en": "return sorted(addresses)", "vi": "hãy trả về sorted(addresses)",
-                      "de": "geben Sie sorted(addresses) zurück"},
-    "not_segment": {"en": "on {name}, {address} is not the address of a segment",
-                    "vi": "trên {name}, {address} không phải địa chỉ của một phân đoạn",
-                    "de": "bei {name} ist {address} keine Segmentadresse"},
-    "not_segment_hint": {"en": "use segment['address'], the start of the segment",
-                         "vi": "hãy dùng segment['address'], địa chỉ đầu của phân đoạn",
-                         "de": "nehmen Sie segment['address'], den Anfang des Segments"},
-    "not_pinned": {
-        "en": "on {name} with min_free_fraction={fraction}, the segment at {address} is in your list but is not "
-              "pinned",
-        "vi": "trên {name} với min_free_fraction={fraction}, phân đoạn ở {address} có trong list của bạn nhưng "
-              "không bị giữ chặt",
-        "de": "bei {name} mit min_free_fraction={fraction} steht das Segment bei {address} in Ihrer Liste, ist "
-              "aber nicht festgehalten",
-    },
-    "wholly_free_hint": {
-        "en": "a wholly free segment is not pinned: empty_cache() can give it back",
-        "vi": "phân đoạn trống hoàn toàn thì không bị giữ chặt: empty_cache() trả lại được",
-        "de": "ein ganz freies Segment ist nicht festgehalten: empty_cache() kann es zurückgeben",
-    },
-    "fraction_hint": {
-        "en": "compare the freed bytes (blocks in any state but active_allocated) with min_free_fraction * "
-              "segment['total_size']",
-        "vi": "hãy so sánh số byte đã giải phóng (các khối ở mọi trạng thái trừ active_allocated) với "
-              "min_free_fraction * segment['total_size']",
-        "de": "vergleichen Sie die freigegebenen Bytes (Blöcke in jedem Zustand außer active_allocated) mit "
-              "min_free_fraction * segment['total_size']",
-    },
-    "missing_pinned": {
-        "en": "on {name} with min_free_fraction={fraction}, the segment at {address} is pinned but not in your list",
-        "vi": "trên {name} với min_free_fraction={fraction}, phân đoạn ở {address} bị giữ chặt nhưng không có "
-              "trong list của bạn",
-        "de": "bei {name} mit min_free_fraction={fraction} ist das Segment bei {address} festgehalten, fehlt aber "
-              "in Ihrer Liste",
-    },
-    "missing_pinned_hint": {
-        "en": "the freed bytes are those of every block the program has freed: 'inactive' and also "
-              "'active_pending_free' (waiting only for another stream); and 'at least' includes the fraction itself",
-        "vi": "số byte đã giải phóng là của mọi khối mà chương trình đã giải phóng: 'inactive' và cả "
-              "'active_pending_free' (chỉ đang chờ một luồng CUDA khác); và 'ít nhất' bao gồm cả đúng tỉ lệ đó",
-        "de": "die freigegebenen Bytes sind die aller Blöcke, die das Programm freigegeben hat: 'inactive' und auch "
-              "'active_pending_free' (wartet nur auf einen anderen Stream); und 'mindestens' schließt den Anteil "
-              "selbst ein",
-    },
-    "pending_pins_hint": {
-        "en": "only a live block (active_allocated) pins a segment: a block in active_pending_free only waits for "
-              "another stream, and empty_cache() and the OOM retry synchronize before they release",
-        "vi": "chỉ khối đang dùng (active_allocated) mới giữ chặt phân đoạn: khối ở trạng thái active_pending_free "
-              "chỉ đang chờ một luồng CUDA khác, và empty_cache() cũng như lần thử lại khi OOM đều đồng bộ hóa trước "
-              "khi trả bộ nhớ",
-        "de": "nur ein belegter Block (active_allocated) hält ein Segment fest: ein Block in active_pending_free "
-              "wartet nur auf einen anderen Stream, und empty_cache() wie auch der Wiederholungsversuch nach einem "
-              "OOM synchronisieren, bevor sie freigeben",
-    },
-    "at_least_hint": {
-        "en": "this segment's free share is exactly min_free_fraction: 'at least' includes the fraction itself",
-        "vi": "phần trống của phân đoạn này đúng bằng min_free_fraction: 'ít nhất' bao gồm cả đúng tỉ lệ đó",
-        "de": "der freie Anteil dieses Segments ist genau min_free_fraction: 'mindestens' schließt den Anteil "
-              "selbst ein",
-    },
-    "none_found": {"en": "no pinned segment was found in the practice snapshots",
-                   "vi": "không tìm thấy phân đoạn bị giữ chặt nào trong các snapshot luyện tập",
-                   "de": "in den Übungs-Snapshots wurde kein festgehaltenes Segment gefunden"},
-    "pinned_passed": {"en": "{n} segments of {name} are at least half free and still pinned",
-                      "vi": "{n} phân đoạn của {name} trống ít nhất một nửa mà vẫn bị giữ chặt",
-                      "de": "{n} Segmente von {name} sind mindestens zur Hälfte frei und trotzdem festgehalten"},
-}
+    "run_name": "a minialloc run ({config})",
+    "not_dict": "on {name}, who_holds returned a {type}, not a dict",
+    "not_dict_hint": "return a dict such as {{'forward (train.py:41)': 123456, ...}}",
+    "extra_key": "on {name}, your dict has the key {key}, which is the top user frame of no live block",
+    "extra_key_hint": "name each block with top_user_frame(block['frames']), and count only live blocks",
+    "missing_key": "on {name}, no entry for {key}, which holds live blocks",
+    "missing_key_hint": "every active_allocated block counts, including those whose frames are empty or C++ only",
+    "pending_hint":
+        "blocks in state 'active_pending_free' were freed by the program (they only wait for another "
+        "stream): they are not live",
+    "every_block_hint":
+        "you counted every block of the segments, free ones too: the question is who holds memory now, so "
+        "only live blocks (state 'active_allocated') count",
+    "size_hint": "add the blocks' 'size' (what they hold), not 'requested_size', for state 'active_allocated' only",
+    "bytes_wrong": "on {name}, the bytes for {key} are not what its live blocks hold",
+    "who_passed": "on {name}, the largest holder is {holder} with {size}",
+    "not_list": "on {name}, pinned_segments returned a {type}, not a list",
+    "not_list_hint": "return a list of segment addresses (ints), sorted",
+    "unsorted": "on {name}, your addresses are not sorted",
+    "unsorted_hint": "return sorted(addresses)",
+    "not_segment": "on {name}, {address} is not the address of a segment",
+    "not_segment_hint": "use segment['address'], the start of the segment",
+    "not_pinned":
+        "on {name} with min_free_fraction={fraction}, the segment at {address} is in your list but is not "
+        "pinned",
+    "wholly_free_hint": "a wholly free segment is not pinned: empty_cache() can give it back",
+    "fraction_hint":
+        "compare the freed bytes (blocks in any state but active_allocated) with min_free_fraction * "
+        "segment['total_size']",
+    "missing_pinned":
+        "on {name} with min_free_fraction={fraction}, the segment at {address} is pinned but not in your list",
+    "missing_pinned_hint":
+        "the freed bytes are those of every block the program has freed: 'inactive' and also "
+        "'active_pending_free' (waiting only for another stream); and 'at least' includes the fraction itself",
+    "pending_pins_hint":
+        "only a live block (active_allocated) pins a segment: a block in active_pending_free only waits for "
+        "another stream, and empty_cache() and the OOM retry synchronize before they release",
+    "at_least_hint": "this segment's free share is exactly min_free_fraction: 'at least' includes the fraction itself",
+    "none_found": "no pinned segment was found in the practice snapshots",
+    "pinned_passed": "{n} segments of {name} are at least half free and still pinned",
+})
 
 # Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
 # predicted, never in the notebook's visible source (a Run All would show it under the blank cell).
-WHY: dict[str, dict[str, str]] = {
-    "c5-from-empty": {
-        "en": "the tensors allocated before the first entry (the model, its gradients, the optimizer's state) and the"
-              " segments that held them are missing from an empty-GPU replay, so its figures describe no run that "
-              "happened. A replay must start from the state at the first trace entry.",
-        "vi": "các tensor được cấp phát trước mục đầu tiên (mô hình, gradient của nó, trạng thái của bộ tối ưu) cùng "
-              "các phân đoạn chứa chúng đều vắng mặt trong lần phát lại từ GPU trống, nên các con số của nó không mô "
-              "tả lần chạy nào đã thực sự diễn ra. Một lần phát lại phải bắt đầu từ trạng thái tại mục đầu tiên của "
-              "trace.",
-        "de": "die Tensoren, die vor dem ersten Eintrag angelegt wurden (das Modell, seine Gradienten, der Zustand "
-              "des Optimierers), und die Segmente, die sie hielten, fehlen in einem Replay ab leerer GPU; seine "
-              "Zahlen beschreiben also keinen Lauf, den es je gegeben hat. Ein Replay muss vom Zustand beim ersten "
-              "Trace-Eintrag ausgehen.",
-    },
-    "c5-check": {
-        "en": "minialloc's allocator follows PyTorch's rules (best fit per stream, splitting, merging, rounding), so "
-              "from the same state the same requests get the same blocks. Any divergence would be printed with its "
-              "trace entry. This is what makes the what-if answers below worth trusting.",
-        "vi": "bộ cấp phát của minialloc tuân theo các quy tắc của PyTorch (best fit theo từng luồng CUDA (stream), "
-              "tách khối, gộp khối, làm tròn), nên từ cùng một trạng thái, cùng những yêu cầu sẽ nhận đúng những khối"
-              " ấy. Chỗ nào lệch sẽ được in ra kèm mục trace tương ứng. Chính điều này khiến các câu trả lời \"nếu… "
-              "thì sao\" bên dưới đáng tin cậy.",
-        "de": "der Allokator von minialloc folgt den Regeln von PyTorch (Best Fit je Stream, Aufteilen, Verschmelzen,"
-              " Runden); vom selben Zustand aus bekommen dieselben Anforderungen also dieselben Blöcke. Jede "
-              "Abweichung würde mit ihrem Trace-Eintrag ausgegeben. Deshalb kann man den Was-wäre-wenn-Antworten "
-              "weiter unten trauen.",
-    },
-    "c5-new-segments": {
-        "en": "a training loop repeats the same allocations every step, so after the first steps every request is "
-              "served from cached blocks: the cache is warm. Steady state is what a caching allocator is for.",
-        "vi": "một vòng lặp huấn luyện lặp lại đúng các lần cấp phát ấy ở mỗi bước, nên sau vài bước đầu, mọi yêu cầu"
-              " đều được đáp ứng từ các khối trong bộ nhớ đệm: bộ nhớ đệm đã \"nóng\". Trạng thái ổn định này chính là "
-              "lý do bộ cấp phát bộ nhớ đệm (caching allocator) tồn tại.",
-        "de": "eine Trainingsschleife wiederholt in jedem Schritt dieselben Anforderungen; nach den ersten Schritten "
-              "wird also jede aus Blöcken im Cache bedient: Der Cache ist warm. Für genau diesen eingeschwungenen "
-              "Zustand ist ein Caching-Allokator da.",
-    },
-}
+WHY = messages("minialloc.learn.chapter5.WHY", {
+    "c5-from-empty":
+        "the tensors allocated before the first entry (the model, its gradients, the optimizer's state) and the"
+        " segments that held them are missing from an empty-GPU replay, so its figures describe no run that "
+        "happened. A replay must start from the state at the first trace entry.",
+    "c5-check":
+        "minialloc's allocator follows PyTorch's rules (best fit per stream, splitting, merging, rounding), so "
+        "from the same state the same requests get the same blocks. Any divergence would be printed with its "
+        "trace entry. This is what makes the what-if answers below worth trusting.",
+    "c5-new-segments":
+        "a training loop repeats the same allocations every step, so after the first steps every request is "
+        "served from cached blocks: the cache is warm. Steady state is what a caching allocator is for.",
+})
 
 
-def why(pid: str, **fields: object) -> str:
-    """The explanation of prediction ``pid`` in the notebook's language, with the measured ``fields`` filled in."""
-    return say(WHY, pid, **fields)
+why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
 REAL_SNAPSHOT = Path(__file__).resolve().parents[2] / "course" / "data" / "wedsonlin-medium128-training.pickle"
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..lang import say
+from ..lang import messages, say
 from ..sizes import GiB, KiB, MiB, format_size
 
 # Okabe & Ito's palette, chosen to stay distinguishable under the common colour-vision deficiencies.
@@ -39,21 +39,14 @@ OOM_COLOR = "#D55E00"  # vermillion
 RELEASE_COLOR = "#009E73"
 ALLOCATED_COLOR = COLORS["live"]
 RESERVED_COLOR = "#E69F00"
-# The legend's name of each kind of block, in the course's three languages (minialloc.lang).
-KIND_TEXT: dict[str, dict[str, str]] = {
-    "live": {"en": "live block (allocated)", "vi": "khối đang dùng (đã cấp phát)",
-             "de": "belegter Block (zugewiesen)"},
-    "pending": {"en": "pending free (used on another stream)",
-                "vi": "chờ giải phóng (còn dùng trên luồng CUDA khác)",
-                "de": "Freigabe ausstehend (auf anderem Stream in Gebrauch)"},
-    "free_split": {"en": "free piece of a split segment", "vi": "mảnh trống của phân đoạn đã bị chia",
-                   "de": "freies Stück eines geteilten Segments"},
-    "free_whole": {"en": "free whole segment (empty_cache returns it)",
-                   "vi": "phân đoạn trống hoàn toàn (empty_cache trả lại được)",
-                   "de": "ganz freies Segment (empty_cache gibt es zurück)"},
-    "unmapped": {"en": "unmapped pages (expandable segment)", "vi": "trang chưa ánh xạ (phân đoạn mở rộng)",
-                 "de": "nicht gemappte Seiten (erweiterbares Segment)"},
-}
+# The legend's name of each kind of block, in English, shown in the notebook's language (minialloc.lang).
+KIND_TEXT = messages("minialloc.viz._common.KIND_TEXT", {
+    "live": "live block (allocated)",
+    "pending": "pending free (used on another stream)",
+    "free_split": "free piece of a split segment",
+    "free_whole": "free whole segment (empty_cache returns it)",
+    "unmapped": "unmapped pages (expandable segment)",
+})
 KINDS = tuple(COLORS)
 
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from ..lang import say
+from ..lang import messages, say
 from ._common import COLORS, new_figure
 
 # Same palette as the segment maps: blue is "in use", green "free"; shared blocks get the reddish purple,
@@ -25,18 +25,16 @@ from ._common import COLORS, new_figure
 BLOCK_COLORS = {"free": "#FFFFFF", "owned": COLORS["live"], "shared": COLORS["pending"], "cached": "#E8E8E8"}
 _SEQ_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 
-# Every word the picture writes, in the course's three languages (minialloc.lang), chosen when it is drawn.
-TEXT: dict[str, dict[str, str]] = {
-    "physical": {"en": "physical\nblocks", "vi": "khối\nvật lý", "de": "physische\nBlöcke"},
-    "seq": {"en": "seq {seq}\n({n} tokens)", "vi": "chuỗi {seq}\n({n} token)", "de": "Sequenz {seq}\n({n} Tokens)"},
-    "owned": {"en": "held by one sequence", "vi": "do một chuỗi giữ", "de": "von einer Sequenz gehalten"},
-    "shared": {"en": "shared (ref count > 1)", "vi": "dùng chung (số tham chiếu > 1)",
-               "de": "geteilt (Referenzzähler > 1)"},
-    "free": {"en": "free", "vi": "trống", "de": "frei"},
-    "cached": {"en": "free, still cached", "vi": "trống, vẫn còn trong bộ nhớ đệm", "de": "frei, noch im Cache"},
-    "entry": {"en": "block table entry: logical -> physical", "vi": "mục trong bảng khối: logic -> vật lý",
-              "de": "Eintrag der Blocktabelle: logisch -> physisch"},
-}
+# Every word the picture writes, in English, shown in the notebook's language (minialloc.lang), chosen when it is drawn.
+TEXT = messages("minialloc.viz.block_table.TEXT", {
+    "physical": "physical\nblocks",
+    "seq": "seq {seq}\n({n} tokens)",
+    "owned": "held by one sequence",
+    "shared": "shared (ref count > 1)",
+    "free": "free",
+    "cached": "free, still cached",
+    "entry": "block table entry: logical -> physical",
+})
 
 
 def block_table_rows(manager: Any, seq_ids: Sequence[int] | None = None) -> dict[str, Any]:

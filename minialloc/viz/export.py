@@ -11,23 +11,20 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..lang import say
+from ..lang import messages, say
 from ._common import VizInputError, discard, png_bytes, resolve
 from .segment_map import plot_segment_map, plot_side_by_side
 from .timeline import plot_timeline
 
 FORMATS = ("png", "svg")
 
-# Every word of the pictures' files and page, in the course's three languages (minialloc.lang).
-TEXT: dict[str, dict[str, str]] = {
-    "demo_title": {"en": "one workload under two configurations", "vi": "cùng một khối lượng công việc, hai cấu hình",
-                   "de": "eine Arbeitslast unter zwei Konfigurationen"},
-    "alt_map": {"en": "segment map", "vi": "sơ đồ phân đoạn", "de": "Segmentkarte"},
-    "alt_timeline": {"en": "timeline", "vi": "dòng thời gian", "de": "Zeitverlauf"},
-    "static": {"en": "Static pictures (minialloc): segment map and timeline",
-               "vi": "Hình tĩnh (minialloc): sơ đồ phân đoạn và dòng thời gian",
-               "de": "Statische Bilder (minialloc): Segmentkarte und Zeitverlauf"},
-}
+# Every word of the pictures' files and page, in English, shown in the notebook's language (minialloc.lang).
+TEXT = messages("minialloc.viz.export.TEXT", {
+    "demo_title": "one workload under two configurations",
+    "alt_map": "segment map",
+    "alt_timeline": "timeline",
+    "static": "Static pictures (minialloc): segment map and timeline",
+})
 
 
 def save_plots(

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
-from ..lang import say
+from ..lang import messages, say
 from ..oom import OutOfMemoryError
 from ..sizes import MiB, format_size
 from ..snapshot import TRACE_ACTIONS, load_snapshot
@@ -51,49 +51,27 @@ from ._common import VizInputError
 
 PROGRESS_EVENTS = 20_000  # from this many events on, precomputing shows a progress bar
 
-# What each event did, as the stepper shows it, in the course's three languages (minialloc.lang). An Op keeps
-# its text as a message, (id, ((field, value), ...)), a plain tuple, put into words when it is shown.
-TEXT: dict[str, dict[str, str]] = {
-    "raw": {"en": "{text}", "vi": "{text}", "de": "{text}"},
-    "malloc": {"en": "malloc {size} on stream {stream} as {label}",
-               "vi": "malloc {size} trên luồng CUDA {stream}, tên {label}",
-               "de": "malloc {size} auf Stream {stream} als {label}"},
-    "free": {"en": "free {label}", "vi": "free {label}", "de": "free {label}"},
-    "empty_cache": {"en": "empty_cache()", "vi": "empty_cache()", "de": "empty_cache()"},
-    "record_stream": {"en": "record_stream({label}, stream {stream})",
-                      "vi": "record_stream({label}, luồng CUDA {stream})",
-                      "de": "record_stream({label}, Stream {stream})"},
-    "synchronize_stream": {"en": "synchronize(stream {stream})", "vi": "synchronize(luồng CUDA {stream})",
-                           "de": "synchronize(Stream {stream})"},
-    "synchronize": {"en": "synchronize()", "vi": "synchronize()", "de": "synchronize()"},
-    "trace_alloc": {"en": "entry {i}: alloc {size} on stream {stream}",
-                    "vi": "mục {i}: alloc {size} trên luồng CUDA {stream}",
-                    "de": "Eintrag {i}: alloc {size} auf Stream {stream}"},
-    "trace_free": {"en": "entry {i}: free {size}", "vi": "mục {i}: free {size}", "de": "Eintrag {i}: free {size}"},
-    "trace_empty_cache": {"en": "entry {i}: empty_cache() (its releases are in the trace)",
-                          "vi": "mục {i}: empty_cache() (các lần giải phóng của nó có trong trace)",
-                          "de": "Eintrag {i}: empty_cache() (seine Freigaben stehen im Trace)"},
-    "trace_retry_release": {"en": "entry {i}: a malloc's release-and-retry gives back {n} segment(s)",
-                            "vi": "mục {i}: malloc giải phóng rồi thử lại, trả về {n} segment",
-                            "de": "Eintrag {i}: Freigeben und erneut versuchen eines malloc gibt {n} Segment(e) "
-                                  "zurück"},
-    "trace_oom": {"en": "entry {i}: the request that failed in the run, {size}",
-                  "vi": "mục {i}: yêu cầu đã thất bại trong lần chạy, {size}",
-                  "de": "Eintrag {i}: die Anforderung, die im Lauf scheiterte, {size}"},
-    "trace_oom_free": {"en": "entry {i}: (the failed request, freed at once if it fit)",
-                       "vi": "mục {i}: (yêu cầu đã thất bại, được giải phóng ngay nếu nó vừa)",
-                       "de": "Eintrag {i}: (die gescheiterte Anforderung, sofort freigegeben, falls sie passte)"},
-    "oom": {"en": "{what}: OUT OF MEMORY (asked the device for {size})",
-            "vi": "{what}: HẾT BỘ NHỚ (đã xin thiết bị {size})",
-            "de": "{what}: SPEICHERMANGEL (beim Gerät {size} angefordert)"},
-    "skipped": {"en": "{what}: skipped, its malloc ran out of memory",
-                "vi": "{what}: bỏ qua, vì lần malloc của nó đã hết bộ nhớ",
-                "de": "{what}: übersprungen, sein malloc scheiterte an Speichermangel"},
-    "start": {"en": "start: nothing allocated", "vi": "bắt đầu: chưa cấp phát gì", "de": "Start: nichts zugewiesen"},
-    "start_trace": {"en": "start: the state at the first trace entry",
-                    "vi": "bắt đầu: trạng thái tại mục đầu tiên của trace",
-                    "de": "Start: der Zustand beim ersten Trace-Eintrag"},
-}
+# What each event did, as the stepper shows it, in English, shown in the notebook's language (minialloc.lang).
+# An Op keeps its text as a message, (id, ((field, value), ...)), a plain tuple, put into words when it is shown.
+TEXT = messages("minialloc.viz.replay.TEXT", {
+    "raw": "{text}",
+    "malloc": "malloc {size} on stream {stream} as {label}",
+    "free": "free {label}",
+    "empty_cache": "empty_cache()",
+    "record_stream": "record_stream({label}, stream {stream})",
+    "synchronize_stream": "synchronize(stream {stream})",
+    "synchronize": "synchronize()",
+    "trace_alloc": "entry {i}: alloc {size} on stream {stream}",
+    "trace_free": "entry {i}: free {size}",
+    "trace_empty_cache": "entry {i}: empty_cache() (its releases are in the trace)",
+    "trace_retry_release": "entry {i}: a malloc's release-and-retry gives back {n} segment(s)",
+    "trace_oom": "entry {i}: the request that failed in the run, {size}",
+    "trace_oom_free": "entry {i}: (the failed request, freed at once if it fit)",
+    "oom": "{what}: OUT OF MEMORY (asked the device for {size})",
+    "skipped": "{what}: skipped, its malloc ran out of memory",
+    "start": "start: nothing allocated",
+    "start_trace": "start: the state at the first trace entry",
+})
 
 Message = tuple  # (message id, ((field, value), ...)); a field named "what" holds a message itself
 

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
+from ..lang import messages
 from ..sizes import MiB, format_size
 from ._common import (
     KINDS,
@@ -59,62 +60,37 @@ MIN_BLOCK_FRACTION = 1 / 160  # narrowest live block drawn, as a fraction of the
 ROW_HEIGHT = 0.62  # bar height, in row units (rows are 1 apart)
 ROW_FRACTION = "fraction of the row"  # MapInfo.unit_name of a map drawn with scale="row"
 
-# Every word the map writes, in the course's three languages (minialloc.lang), chosen when it is drawn.
-TEXT: dict[str, dict[str, str]] = {
-    "largest": {"en": "largest cached free block", "vi": "khối trống lớn nhất trong bộ nhớ đệm",
-                "de": "größter freier Block im Cache"},
-    "largest_size": {"en": "{largest}: {size}", "vi": "{largest}: {size}", "de": "{largest}: {size}"},
-    "largest_outlined": {"en": "{largest} (outlined)", "vi": "{largest} (có viền)", "de": "{largest} (umrandet)"},
-    "request_outlined": {"en": "the request in question (outlined)", "vi": "yêu cầu đang xét (có viền)",
-                         "de": "die betrachtete Anforderung (umrandet)"},
-    "request_label": {"en": "the {size} request", "vi": "yêu cầu {size}", "de": "Anforderung {size}"},
-    "request_missing": {"en": "the {size} request is not allocated here",
-                        "vi": "yêu cầu {size} không được cấp phát ở đây",
-                        "de": "die Anforderung von {size} ist hier nicht zugewiesen"},
-    "nothing": {"en": "no segments: nothing is reserved",
-                "vi": "không có phân đoạn nào: chưa có bộ nhớ dành riêng",
-                "de": "keine Segmente: nichts ist reserviert"},
-    "nothing_detail": {"en": "The allocator holds no memory from the device.",
-                       "vi": "Bộ cấp phát không giữ chút bộ nhớ nào của thiết bị.",
-                       "de": "Der Allokator hält keinen Speicher des Geräts."},
-    "nothing_free": {"en": " Device free: {free}.", "vi": " Thiết bị còn trống: {free}.",
-                     "de": " Frei auf dem Gerät: {free}."},
-    "stats": {"en": "allocated {allocated} · reserved {reserved}",
-              "vi": "đã cấp phát {allocated} · dành riêng {reserved}",
-              "de": "zugewiesen {allocated} · reserviert {reserved}"},
-    "stats_free": {"en": " · device free {free}", "vi": " · thiết bị còn trống {free}",
-                   "de": " · frei auf dem Gerät {free}"},
-    "xlabel": {"en": "offset in the segment", "vi": "vị trí trong phân đoạn", "de": "Offset im Segment"},
-    "wrapped": {"en": "rows longer than {size} continue on the next line (⋯)",
-                "vi": "hàng dài hơn {size} được nối tiếp ở dòng dưới (⋯)",
-                "de": "Zeilen länger als {size} gehen in der nächsten Zeile weiter (⋯)"},
-    "widened_one": {"en": "{n} tiny block drawn wider than to scale",
-                    "vi": "{n} khối rất nhỏ được vẽ rộng hơn tỉ lệ thật",
-                    "de": "{n} winziger Block breiter als maßstabsgetreu gezeichnet"},
-    "widened_many": {"en": "{n} tiny blocks drawn wider than to scale",
-                     "vi": "{n} khối rất nhỏ được vẽ rộng hơn tỉ lệ thật",
-                     "de": "{n} winzige Blöcke breiter als maßstabsgetreu gezeichnet"},
-    "grouped_row": {"en": "+{n} smaller segments", "vi": "+{n} phân đoạn nhỏ hơn", "de": "+{n} kleinere Segmente"},
-    "summary": {"en": "last row: {n} smaller segments (each at most {biggest}, {total} in all), summed by kind",
-                "vi": "hàng cuối: {n} phân đoạn nhỏ hơn (mỗi phân đoạn tối đa {biggest}, tổng cộng {total}), cộng "
-                      "dồn theo loại",
-                "de": "letzte Zeile: {n} kleinere Segmente (jedes höchstens {biggest}, insgesamt {total}), nach "
-                      "Art summiert"},
-    "summary_scaled": {"en": ", drawn at 1/{factor} scale", "vi": ", vẽ theo tỉ lệ 1/{factor}",
-                       "de": ", im Maßstab 1/{factor} gezeichnet"},
-    "pool_large": {"en": "large", "vi": "nhóm lớn", "de": "großer Pool"},
-    "pool_small": {"en": "small", "vi": "nhóm nhỏ", "de": "kleiner Pool"},
-    "row": {"en": "{where}  {size} {pool}", "vi": "{where}  {size} {pool}", "de": "{where}  {size} {pool}"},
-    "row_mapped": {"en": "{where}  {size} mapped, {pool}", "vi": "{where}  {size} đã ánh xạ, {pool}",
-                   "de": "{where}  {size} gemappt, {pool}"},
-    "row_ranges": {"en": ", {n} ranges", "vi": ", {n} vùng", "de": ", {n} Bereiche"},
-    "row_stream": {"en": ", stream {n}", "vi": ", luồng CUDA {n}", "de": ", Stream {n}"},
-    "compact": {"en": "{size} {pool}{stream}", "vi": "{size} {pool}{stream}", "de": "{size} {pool}{stream}"},
-    "compact_mapped": {"en": "{size} mapped {pool}{stream}", "vi": "{size} đã ánh xạ, {pool}{stream}",
-                       "de": "{size} gemappt, {pool}{stream}"},
-    "native": {"en": "native", "vi": "native", "de": "native"},
-    "expandable": {"en": "expandable segments", "vi": "phân đoạn mở rộng", "de": "erweiterbare Segmente"},
-}
+# Every word the map writes, in English, shown in the notebook's language (minialloc.lang), chosen when it is drawn.
+TEXT = messages("minialloc.viz.segment_map.TEXT", {
+    "largest": "largest cached free block",
+    "largest_size": "{largest}: {size}",
+    "largest_outlined": "{largest} (outlined)",
+    "request_outlined": "the request in question (outlined)",
+    "request_label": "the {size} request",
+    "request_missing": "the {size} request is not allocated here",
+    "nothing": "no segments: nothing is reserved",
+    "nothing_detail": "The allocator holds no memory from the device.",
+    "nothing_free": " Device free: {free}.",
+    "stats": "allocated {allocated} · reserved {reserved}",
+    "stats_free": " · device free {free}",
+    "xlabel": "offset in the segment",
+    "wrapped": "rows longer than {size} continue on the next line (⋯)",
+    "widened_one": "{n} tiny block drawn wider than to scale",
+    "widened_many": "{n} tiny blocks drawn wider than to scale",
+    "grouped_row": "+{n} smaller segments",
+    "summary": "last row: {n} smaller segments (each at most {biggest}, {total} in all), summed by kind",
+    "summary_scaled": ", drawn at 1/{factor} scale",
+    "pool_large": "large",
+    "pool_small": "small",
+    "row": "{where}  {size} {pool}",
+    "row_mapped": "{where}  {size} mapped, {pool}",
+    "row_ranges": ", {n} ranges",
+    "row_stream": ", stream {n}",
+    "compact": "{size} {pool}{stream}",
+    "compact_mapped": "{size} mapped {pool}{stream}",
+    "native": "native",
+    "expandable": "expandable segments",
+})
 
 
 @dataclass

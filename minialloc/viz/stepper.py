@@ -19,44 +19,30 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..lang import say
+from ..lang import messages, say
 from ..sizes import format_size
 from ._common import COLORS, LABELS, UNMAPPED_EDGE, png_bytes
 from .replay import Replay
 from .segment_map import TEXT as MAP_TEXT  # the outline's name, as the segment map's legend says it
 from .segment_map import draw_segment_map, fit_map_figure, map_figure, map_layout, plot_side_by_side
 
-# Every word the stepper shows, in the course's three languages (minialloc.lang), chosen when it is drawn.
-TEXT: dict[str, dict[str, str]] = {
-    "stats": {
-        "en": "step {step} of {steps}: {outcome}\nallocated {allocated} · reserved {reserved} · reserved but unused "
-              "{unused} · largest cached free block {largest}",
-        "vi": "bước {step}/{steps}: {outcome}\nđã cấp phát {allocated} · dành riêng {reserved} · dành riêng nhưng "
-              "chưa dùng {unused} · khối trống lớn nhất trong bộ nhớ đệm {largest}",
-        "de": "Schritt {step} von {steps}: {outcome}\nzugewiesen {allocated} · reserviert {reserved} · reserviert, "
-              "aber ungenutzt {unused} · größter freier Block im Cache {largest}",
-    },
-    "quick_title": {"en": "step {step}", "vi": "bước {step}", "de": "Schritt {step}"},
-    "title": {"en": "step {step}/{steps}: {outcome}", "vi": "bước {step}/{steps}: {outcome}",
-              "de": "Schritt {step}/{steps}: {outcome}"},
-    "default_config": {"en": "default (native)", "vi": "mặc định (native)", "de": "Standard (native)"},
-    "same_events_end": {"en": "the same {n} events, at the end", "vi": "cùng {n} sự kiện, ở thời điểm cuối",
-                        "de": "dieselben {n} Ereignisse, am Ende"},
-    "same_events_step": {"en": "the same {n} events, at step {step}", "vi": "cùng {n} sự kiện, ở bước {step}",
-                         "de": "dieselben {n} Ereignisse, bei Schritt {step}"},
-    "alt": {"en": "segment map at step {step}", "vi": "sơ đồ phân đoạn ở bước {step}",
-            "de": "Segmentkarte bei Schritt {step}"},
-    "play": {"en": "play", "vi": "chạy", "de": "Abspielen"},
-    "step": {"en": "step", "vi": "bước", "de": "Schritt"},
-    "back": {"en": "one step back", "vi": "lùi một bước", "de": "einen Schritt zurück"},
-    "forward": {"en": "one step forward", "vi": "tiến một bước", "de": "einen Schritt vor"},
-    "rerun": {
-        "en": "The controls need this notebook's kernel: after reopening the notebook, run this cell again.",
-        "vi": "Các nút điều khiển cần kernel của notebook này: sau khi mở lại notebook, hãy chạy lại ô này.",
-        "de": "Die Bedienelemente brauchen den Kernel dieses Notebooks: Führen Sie diese Zelle nach dem erneuten "
-              "Öffnen des Notebooks noch einmal aus.",
-    },
-}
+# Every word the stepper shows, in English, shown in the notebook's language (minialloc.lang), chosen when it is drawn.
+TEXT = messages("minialloc.viz.stepper.TEXT", {
+    "stats":
+        "step {step} of {steps}: {outcome}\nallocated {allocated} · reserved {reserved} · reserved but unused "
+        "{unused} · largest cached free block {largest}",
+    "quick_title": "step {step}",
+    "title": "step {step}/{steps}: {outcome}",
+    "default_config": "default (native)",
+    "same_events_end": "the same {n} events, at the end",
+    "same_events_step": "the same {n} events, at step {step}",
+    "alt": "segment map at step {step}",
+    "play": "play",
+    "step": "step",
+    "back": "one step back",
+    "forward": "one step forward",
+    "rerun": "The controls need this notebook's kernel: after reopening the notebook, run this cell again.",
+})
 
 
 def _swatch(kind: str) -> str:

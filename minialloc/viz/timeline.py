@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..lang import messages
 from ..sizes import format_size
 from ._common import (
     ALLOCATED_COLOR,
@@ -51,62 +52,34 @@ _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segme
             "segment_unmap", "snapshot", "oom")
 _NEUTRAL = ("free_requested", "free_completed", "snapshot")  # do not end a release burst
 
-# Every word the timeline writes, in the course's three languages (minialloc.lang), chosen when it is drawn.
-TEXT: dict[str, dict[str, str]] = {
-    "nothing": {"en": "no trace events: nothing to plot", "vi": "không có sự kiện trace nào: không có gì để vẽ",
-                "de": "keine Trace-Ereignisse: nichts zu zeichnen"},
-    "nothing_detail": {
-        "en": "Record them before the run with allocator.record_memory_history() "
-              "(torch.cuda.memory._record_memory_history() in PyTorch).",
-        "vi": "Hãy ghi lại chúng trước khi chạy bằng allocator.record_memory_history() "
-              "(trong PyTorch là torch.cuda.memory._record_memory_history()).",
-        "de": "Zeichnen Sie sie vor dem Lauf mit allocator.record_memory_history() auf "
-              "(in PyTorch: torch.cuda.memory._record_memory_history()).",
-    },
-    "note_start": {
-        "en": "trace starts mid-run, with {reserved} reserved: curves start from the state at its first entry, "
-              "rebuilt from the snapshot",
-        "vi": "trace bắt đầu giữa chừng, khi đã có {reserved} dành riêng: các đường bắt đầu từ trạng thái tại mục "
-              "đầu tiên, dựng lại từ snapshot",
-        "de": "der Trace beginnt mitten im Lauf, mit {reserved} reserviert: die Kurven beginnen beim Zustand am "
-              "ersten Eintrag, aus dem Snapshot rekonstruiert",
-    },
-    "note_end": {
-        "en": "trace starts mid-run (ring buffer full?): curves anchored to the snapshot's end state",
-        "vi": "trace bắt đầu giữa chừng (bộ đệm vòng đã đầy?): các đường được neo vào trạng thái cuối của snapshot",
-        "de": "der Trace beginnt mitten im Lauf (Ringpuffer voll?): die Kurven sind am Endzustand des Snapshots "
-              "verankert",
-    },
-    "note_lifted": {
-        "en": "trace starts mid-run: curves lifted to start at 0, so they are lower bounds",
-        "vi": "trace bắt đầu giữa chừng: các đường được nâng lên để bắt đầu từ 0, nên chỉ là cận dưới",
-        "de": "der Trace beginnt mitten im Lauf: die Kurven sind so angehoben, dass sie bei 0 beginnen, und daher "
-              "Untergrenzen",
-    },
-    "reserved": {"en": "reserved", "vi": "dành riêng (reserved)", "de": "reserviert"},
-    "allocated": {"en": "allocated", "vi": "đã cấp phát", "de": "zugewiesen"},
-    "allocated_requested": {"en": "allocated (requested bytes)", "vi": "đã cấp phát (số byte yêu cầu)",
-                            "de": "zugewiesen (angeforderte Bytes)"},
-    "capacity": {"en": "device capacity", "vi": "dung lượng thiết bị", "de": "Kapazität des Geräts"},
-    "ooms": {"en": "out of memory ({n})", "vi": "hết bộ nhớ ({n})", "de": "Speichermangel ({n})"},
-    "oom_limit": {"en": "reserved + device free at OOM", "vi": "dành riêng + thiết bị còn trống lúc OOM",
-                  "de": "reserviert + frei auf dem Gerät beim OOM"},
-    "oom_label": {"en": "OOM: {size}", "vi": "OOM: {size}", "de": "OOM: {size}"},
-    "release": {"en": "release burst (empty_cache-like)", "vi": "đợt giải phóng (kiểu empty_cache)",
-                "de": "Freigabewelle (wie empty_cache)"},
-    "released": {"en": "released {size}", "vi": "đã giải phóng {size}", "de": "{size} freigegeben"},
-    "samples": {"en": "samples", "vi": "mẫu", "de": "Messpunkte"},
-    "events": {"en": "trace entries (device_traces index)", "vi": "sự kiện trong trace", "de": "Ereignisse im Trace"},
-    "memory": {"en": "memory ({unit})", "vi": "bộ nhớ ({unit})", "de": "Speicher ({unit})"},
-    "head": {"en": "peak allocated {allocated} · peak reserved {reserved}",
-             "vi": "đỉnh cấp phát {allocated} · đỉnh dành riêng {reserved}",
-             "de": "Spitze zugewiesen {allocated} · Spitze reserviert {reserved}"},
-    "head_oom": {"en": " · {n} OOM", "vi": " · {n} lần OOM", "de": " · {n} OOM"},
-    "head_ooms": {"en": " · {n} OOMs", "vi": " · {n} lần OOM", "de": " · {n} OOMs"},
-    "head_capacity": {"en": " · device capacity {size} (off the scale)",
-                      "vi": " · dung lượng thiết bị {size} (ngoài thang đo)",
-                      "de": " · Kapazität des Geräts {size} (außerhalb der Skala)"},
-}
+# Every word the timeline writes, in English, shown in the notebook's language (minialloc.lang) when it is drawn.
+TEXT = messages("minialloc.viz.timeline.TEXT", {
+    "nothing": "no trace events: nothing to plot",
+    "nothing_detail":
+        "Record them before the run with allocator.record_memory_history() "
+        "(torch.cuda.memory._record_memory_history() in PyTorch).",
+    "note_start":
+        "trace starts mid-run, with {reserved} reserved: curves start from the state at its first entry, "
+        "rebuilt from the snapshot",
+    "note_end": "trace starts mid-run (ring buffer full?): curves anchored to the snapshot's end state",
+    "note_lifted": "trace starts mid-run: curves lifted to start at 0, so they are lower bounds",
+    "reserved": "reserved",
+    "allocated": "allocated",
+    "allocated_requested": "allocated (requested bytes)",
+    "capacity": "device capacity",
+    "ooms": "out of memory ({n})",
+    "oom_limit": "reserved + device free at OOM",
+    "oom_label": "OOM: {size}",
+    "release": "release burst (empty_cache-like)",
+    "released": "released {size}",
+    "samples": "samples",
+    "events": "trace entries (device_traces index)",
+    "memory": "memory ({unit})",
+    "head": "peak allocated {allocated} · peak reserved {reserved}",
+    "head_oom": " · {n} OOM",
+    "head_ooms": " · {n} OOMs",
+    "head_capacity": " · device capacity {size} (off the scale)",
+})
 
 
 @dataclass

@@ -31,11 +31,21 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from minialloc.lang import messages
+
 from .. import strict_json
+from ..i18n import LANGS
 from .display import shown
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
 from .proof import JCS_SUITE, RDFC_SUITE, add_proof, jcs, verify_proof
+
+# The score in words on the certificate: "18 of 21 points (86%)", then " + " an extra credit, ", " a late penalty.
+SCORE = messages("quizzes.certs.credential.SCORE", {
+    "points": "{a} of {b} points ({pct})",
+    "extra": "{x} extra credit",
+    "late": "after a late penalty of {p}",
+})
 
 VC_CONTEXT = "https://www.w3.org/ns/credentials/v2"
 OB_CONTEXT = "https://purl.imsglobal.org/spec/ob/v3p0/context-3.0.3.json"
@@ -108,16 +118,18 @@ class Score:
         if self.points is None or self.max_points is None:
             return pct
         a, b = _num(self.points), _num(self.max_points)
-        text = {"en": f"{a} of {b} points ({pct})", "vi": f"{a}/{b} điểm ({pct})",
-                "de": f"{a} von {b} Punkten ({pct})"}.get(lang, f"{a}/{b} ({pct})")
+        known = lang in LANGS  # another language gets the bare numbers
+
+        def words(key: str, bare: str, **fields: str) -> str:
+            return SCORE[key][lang].format(**fields) if known else bare
+
+        text = words("points", f"{a}/{b} ({pct})", a=a, b=b, pct=pct)
         if self.extra_points > 0:
             x = _num(self.extra_points)
-            text += {"en": f" + {x} extra credit", "vi": f" + {x} điểm cộng", "de": f" + {x} Zusatzpunkte"}.get(
-                lang, f" + {x}")
+            text += " + " + words("extra", x, x=x)
         if self.late_penalty > 0:
             p = _num(self.late_penalty)
-            text += {"en": f", after a late penalty of {p}", "vi": f", đã trừ {p} điểm nộp muộn",
-                     "de": f", nach {p} Punkten Abzug für verspätete Abgabe"}.get(lang, f", -{p}")
+            text += ", " + words("late", f"-{p}", p=p)
         return text
 
 

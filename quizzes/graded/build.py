@@ -22,6 +22,8 @@ from pathlib import Path
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
+from minialloc.lang import messages
+
 from ..cues import cue_reports, private_items, refusal
 from ..i18n import LANG_NAMES, LANGS
 from .draw import slot_id
@@ -29,31 +31,18 @@ from .pool import Pool, build_pool
 from .private_bank import PrivateBankError, QuizDefinition, load_quiz
 from .scoring import write_record
 
-_INTRO = {
-    "en": ("{count} questions are drawn for you from the {pool} below ({tiers}): {points} points; you pass with "
-           "{pass_pct}% ({pass_points} points). Write your student id (your JupyterHub or nbgrader user name) in the "
-           "cell for it and run the notebook from the top: the cell under it lists your questions. Answer each of "
-           "them in the code cell under its prompt, writing the value itself: `answers[\"p07\"] = \"b\"`, a set of "
-           "letters, or a tuple with one entry per part. The grader reads your answers from the notebook's text, "
-           "outside your kernel, and draws your questions from your user name: answers to other questions, "
-           "computed values and printed output earn nothing. The cells at the end check the form of your answers, "
-           "not whether they are right."),
-    "vi": ("Bạn được rút {count} câu hỏi từ {pool} câu bên dưới ({tiers}): {points} điểm; bạn đạt nếu được "
-           "{pass_pct}% ({pass_points} điểm). Ghi mã số sinh viên (tên người dùng JupyterHub hoặc nbgrader) vào ô "
-           "dành cho nó và chạy notebook từ đầu: ô bên dưới liệt kê các câu hỏi của bạn. Trả lời từng câu trong ô "
-           "mã dưới đề bài, ghi trực tiếp giá trị: `answers[\"p07\"] = \"b\"`, một tập chữ cái, hoặc một tuple "
-           "mỗi phần một giá trị. Người chấm đọc câu trả lời từ văn bản của notebook, bên ngoài kernel của bạn, và "
-           "rút câu hỏi theo tên người dùng của bạn: câu trả lời cho câu hỏi khác, giá trị được tính bằng mã và "
-           "kết quả in ra đều không được điểm. Các ô ở cuối chỉ kiểm tra dạng câu trả lời, không kiểm tra đúng sai."),
-    "de": ("Für Sie werden {count} Fragen aus den {pool} Fragen unten gezogen ({tiers}): {points} Punkte; bestanden "
-           "ist ab {pass_pct} % ({pass_points} Punkte). Tragen Sie Ihre Studierenden-ID (Ihren JupyterHub- bzw. "
-           "nbgrader-Benutzernamen) in die Zelle dafür ein und führen Sie das Notebook von oben aus: Die Zelle "
-           "darunter nennt Ihre Fragen. Beantworten Sie jede in der Codezelle unter ihrem Text und schreiben Sie den "
-           "Wert selbst hin: `answers[\"p07\"] = \"b\"`, eine Menge von Buchstaben oder ein Tupel mit einem Eintrag "
-           "je Teil. Die Bewertung liest Ihre Antworten aus dem Text des Notebooks, außerhalb Ihres Kernels, und "
-           "zieht Ihre Fragen zu Ihrem Benutzernamen: Antworten auf andere Fragen, berechnete Werte und Ausgaben "
-           "zählen nicht. Die Zellen am Ende prüfen die Form Ihrer Antworten, nicht ob sie richtig sind."),
-}
+# The quiz notebook's introduction, every language one after the other (the student may not have chosen one).
+TEXT = messages("quizzes.graded.build.TEXT", {
+    "intro":
+        "{count} questions are drawn for you from the {pool} below ({tiers}): {points} points; you pass with "
+        "{pass_pct}% ({pass_points} points). Write your student id (your JupyterHub or nbgrader user name) in the "
+        "cell for it and run the notebook from the top: the cell under it lists your questions. Answer each of "
+        "them in the code cell under its prompt, writing the value itself: `answers[\"p07\"] = \"b\"`, a set of "
+        "letters, or a tuple with one entry per part. The grader reads your answers from the notebook's text, "
+        "outside your kernel, and draws your questions from your user name: answers to other questions, "
+        "computed values and printed output earn nothing. The cells at the end check the form of your answers, "
+        "not whether they are right.",
+})
 
 
 def _meta(grade_id: str, *, points: float | None = None) -> dict:
@@ -93,7 +82,7 @@ def build_notebook(pool: Pool) -> NotebookNode:
     intro = []
     for lang in LANGS:
         tiers = "; ".join(f"{t.name}: {t.count} × {_number(t.points, lang)}" for t in quiz.tiers)
-        intro.append(f"**{LANG_NAMES[lang]}.** " + _INTRO[lang].format(
+        intro.append(f"**{LANG_NAMES[lang]}.** " + TEXT["intro"][lang].format(
             count=sheet.slot_count, pool=len(pool.questions), tiers=tiers, points=_number(quiz.max_score, lang),
             pass_pct=round(quiz.pass_mark * 100), pass_points=_number(pass_points, lang)))
     title = " / ".join(dict.fromkeys(quiz.title[lang] for lang in LANGS if lang in quiz.title))
