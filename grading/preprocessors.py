@@ -732,8 +732,8 @@ class _MarkdownCheck(HTMLParser):
 
 # What markdown needs to render a tag, an entity (`javascript&colon;` decodes to a scheme), a URL scheme or a link
 # target (`[x](notes.html)`, `[x][1]` with `[1]: ...`, `![i](...)`): a cell with none of them renders only
-# formatting, so it is not rendered here (rendering the batch test's 800 000 characters of `*a` took autograde's
-# peak memory to about 600 MB, past the test's 400 MB bound).
+# formatting, so it is not rendered here (nbconvert took seconds to render 200 000 characters of `*a` here: autograde
+# spends that time only on cells that could hold something active).
 MARKDOWN_ACTIVE_MARKS = ("<", "&", ":", "](")
 
 

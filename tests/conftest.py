@@ -11,7 +11,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 MARKED_FILES = {
     "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
-                 "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py"},
+                 "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py",
+                 "test_grading_batch.py", "test_grading_intake.py", "test_sandbox_proc.py"},
     "browser": {"test_browser.py", "test_grading_browser.py"},
     "slow": {"test_binder.py", "test_wheel_contents.py"},
     "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
@@ -23,6 +24,12 @@ MARKED_TESTS = {
     # the slowest of the rest (several seconds each, most starting a Python with torch or a compiler), so that
     # `make check` stays under a minute; `make test` still runs them
     "slow": {
+        ("test_labgrade.py", "test_cells_keep_the_kernels_timeout_semantics"),
+        ("test_serving.py", "test_waste_shares_add_up"),
+        ("test_learn.py", "test_pinned_counts_only_live_blocks"),
+        ("test_learn.py", "test_who_holds_names_the_slip"),
+        ("test_i18n.py", "test_round_trip_translate_build_check"),
+        ("test_i18n.py", "test_untranslated_structure_stale_and_orphan_fail_the_check"),
         ("test_replay.py", "test_pytorch_memory_viz_reads_minialloc_snapshots"),
         ("test_snapshot.py", "test_memory_viz_plots_write_html_offline"),
         ("test_snapshot.py", "test_memory_viz_stats_reads_fixture"),
