@@ -263,6 +263,13 @@ WRONG = (
     Wrong("lab2_fragmentation_oom", "anything", "task2_numbers", ("task2_tried",),
           "def tried_to_allocate(request: int) -> int:\n", LAB2_ANYTHING + "\n\ndef _unused(request: int) -> int:\n",
           "AssertionError"),
+    # issue 23: the request unrounded (10 MiB - 1 byte is a 10 MiB segment), a copy on write with no free block
+    Wrong("lab2_fragmentation_oom", "tried_unrounded", "task2_numbers", ("task2_tried",),
+          "    rounded = max(512, -(-request // 512) * 512)\n", "    rounded = request\n",
+          "tried_to_allocate(10485759) returned 20971520, expected 10485760"),
+    Wrong("lab4_block_table_cow", "cow_unchecked", "task2_manager", ("task2_fork_cow", "task2_random"),
+          "        if (full or shared) and not self.free_queue:\n", "        if full and not self.free_queue:\n",
+          "step 3 ('append', 2): returned raised IndexError, BlockManager raised OutOfBlocksError"),
     # issue 12: a class that calls the reference instead of implementing the policy scores 0 on that task
     Wrong("lab1_best_fit", "delegate", "task3_allocator", ("task3_", "task4_"), new=LAB1_DELEGATE,
           message=GUARD_MESSAGE),
@@ -483,3 +490,40 @@ def test_cli_from_a_clone(tmp_path: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "labs" / "release" / LABS[0] / f"{LABS[0]}.ipynb").is_file()
     assert (tmp_path / "labs" / "gradebook.db").is_file()
+
+
+# --- Visible tests: a self-learner without the grader must still see these mistakes --------------------------------
+
+VISIBLE_CATCHES = (
+    # the request is rounded to 512 bytes before the segment rules: 10 MiB - 1 byte is a 10 MiB segment
+    Wrong("lab2_fragmentation_oom", "tried_unrounded", "task2_numbers", ("task2_tried_tests",),
+          "    rounded = max(512, -(-request // 512) * 512)\n", "    rounded = request\n",
+          "round the request to 512 bytes first"),
+    # a copy on write takes a block too: with none free, append_token must raise MemoryError and change nothing
+    Wrong("lab4_block_table_cow", "cow_unchecked", "task2_manager", ("task2_fork_cow_tests",),
+          "        if (full or shared) and not self.free_queue:\n", "        if full and not self.free_queue:\n",
+          "pop from an empty deque"),
+)
+
+
+def run_visible_tests(nb: nbformat.NotebookNode, upto: str) -> None:
+    """Run the notebook's code cells in one namespace, hidden tests dropped, up to and including cell `upto`."""
+    namespace: dict = {"__name__": "__main__"}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        visible = BLOCK.sub(lambda m: m.group(0) if m.group(1) == "SOLUTION" else "", cell.source)
+        exec(compile(visible, f"cell {nbgrader_meta(cell).get('grade_id', '')}", "exec"), namespace)
+        if nbgrader_meta(cell).get("grade_id") == upto:
+            return
+    raise AssertionError(f"no cell {upto}")
+
+
+@pytest.mark.parametrize("wrong", VISIBLE_CATCHES, ids=[f"{w.lab}-{w.student}" for w in VISIBLE_CATCHES])
+def test_visible_tests_catch_the_mistake(wrong: Wrong):
+    """The solution passes the visible tests of the cell; the wrong answer fails them, with the expected message."""
+    source = nbformat.read(SOURCE / wrong.lab / f"{wrong.lab}.ipynb", as_version=4)
+    (cell,) = wrong.lost
+    run_visible_tests(source, cell)
+    with pytest.raises(Exception, match=re.escape(wrong.message)):
+        run_visible_tests(wrong.submission(source), cell)
