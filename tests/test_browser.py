@@ -178,13 +178,24 @@ def open_notebook(page, lab: Lab, path: str) -> None:
     page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
 
 
-def run_all(page) -> None:
-    # on a loaded machine JupyterLab may still ask which kernel to start: take the notebook's own (the default)
-    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
-    if dialog.count():
-        dialog.get_by_role("button", name="Select").click()
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+def run_all(page, timeout_s: float = 120) -> None:
+    """Run > Run All Cells. On a loaded machine JupyterLab may ask which kernel to start (take the notebook's own,
+    the default) after the page looks ready, and the dialog then takes the menu's click: dismiss it and try again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        if dialog.count():
+            dialog.get_by_role("button", name="Select").click()
+        try:
+            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=10_000)
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
+            page.keyboard.press("Escape")  # a menu left half open
 
 
 def prompts(page) -> list[str]:

@@ -46,7 +46,9 @@ def make(project: Path, *args: str, driver: str | None = None, path: str | None 
     answer = f'echo "| NVIDIA-SMI 580.00   Driver Version: 580.00   CUDA Version: {driver}.0 |"' if driver \
         else 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2; exit 9'
     tool(fake, "nvidia-smi", answer)
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_MAJOR", "TORCH_SPEC", "VENV", "MAKEFLAGS")}
+    # the variables a `make test` run passes to its children (MAKELEVEL adds "Entering directory" lines) are left out
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_MAJOR", "TORCH_SPEC", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     env["PATH"] = f"{fake}{os.pathsep}{path if path is not None else env['PATH']}"
     return subprocess.run([MAKE, *args], cwd=project, env=env, capture_output=True, text=True, check=check)
 

@@ -1479,8 +1479,9 @@ def test_published_lab_cheats_score_only_their_honest_answers(results: Results, 
     kernel = graded.metadata["grader_kernel_tests"]
     if student == "gc_rewrite":  # the attack worked in the kernel: every test cell passed there
         assert set(kernel.values()) == {"passed"}, kernel
-    if student == "exec_allocator":  # and so did this one, on the allocator's tests
-        assert all(v == "passed" for k, v in kernel.items() if k.startswith("task3_")), kernel
+    # exec_allocator's kernel verdicts are not asserted: the exec'd allocator inherits its public calls from
+    # minialloc's own files (minialloc/memory_api.py), which the in-kernel delegation guard recognises, so whether
+    # the cheat passes in the kernel depends on that second line, not on the grader's, which scores it above
 
 
 # --- The graded quiz ------------------------------------------------------------------------------------------------
