@@ -13,7 +13,7 @@ import random
 from minialloc import CachingAllocator, KiB, MiB, SimulatedGPU
 from minialloc.allocator import get_allocation_size, round_size
 
-from .probe_common import plain, raised
+from .probe_common import plain, raised, shown
 
 GiB = 1024 * MiB
 K_SMALL_SIZE = MiB
@@ -112,16 +112,6 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
         raise KeyError(f"lab1_best_fit has no graded test cell {grade_id!r}")
     return {"class": CLASS[grade_id], "traces": traces}
 
-
-def shown(value) -> str:
-    """A probe's value as the lab's messages show it."""
-    if raised(value):
-        return f"raised {value['!raised']}"
-    if isinstance(value, dict) and "!type" in value:
-        return f"a {value['!type']}"
-    if isinstance(value, dict) and "!tuple" in value:
-        return repr(tuple(value["!tuple"]))
-    return repr(value)
 
 
 def check(grade_id: str, args: dict, result) -> str | None:

@@ -13,7 +13,7 @@ import random
 from minialloc import CachingAllocator, GiB, MiB, OutOfMemoryError, SimulatedGPU, format_size
 from minialloc.workloads import Event, canonical_scenario
 
-from .probe_common import plain, raised
+from .probe_common import plain, shown
 
 CAPACITY = 8 * GiB
 MAX_EVENTS = 10_000
@@ -116,13 +116,6 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
     calls, refs = cases(rng, extra)
     return {"calls": calls, "refs": refs}
 
-
-def shown(value) -> str:
-    if raised(value):
-        return f"raised {value['!raised']}"
-    if isinstance(value, dict) and "!type" in value:
-        return f"a {value['!type']}"
-    return repr(value)
 
 
 def check(grade_id: str, args: dict, result) -> str | None:

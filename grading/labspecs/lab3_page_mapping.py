@@ -14,7 +14,7 @@ import random
 from minialloc import MiB, SimulatedGPU
 from minialloc.expandable import ExpandableSegment
 
-from .probe_common import plain, raised
+from .probe_common import plain, raised, shown
 
 PAGE = 2 * MiB
 BASE = 0x7E00_0000_0000
@@ -123,17 +123,6 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
         raise KeyError(f"lab3_page_mapping has no graded test cell {grade_id!r}")
     return {"traces": traces}
 
-
-def shown(value) -> str:
-    if raised(value):
-        return f"raised {value['!raised']}"
-    if isinstance(value, dict) and "!type" in value:
-        return f"a {value['!type']}"
-    if isinstance(value, dict) and "!tuple" in value:
-        return repr(tuple(value["!tuple"]))
-    if isinstance(value, dict) and "!range" in value:
-        return repr(range(*value["!range"]))
-    return repr(value)
 
 
 def check(grade_id: str, args: dict, result) -> str | None:

@@ -13,7 +13,7 @@ import random
 
 from minialloc.paging import BlockManager
 
-from .probe_common import plain, raised
+from .probe_common import plain, raised, shown
 
 GRADED = ("task1_addressing_tests", "task2_allocate_append_tests", "task2_fork_cow_tests", "task2_free_tests",
           "task2_random_tests")
@@ -114,17 +114,6 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
         raise KeyError(f"lab4_block_table_cow has no graded test cell {grade_id!r}")
     return {"traces": traces}
 
-
-def shown(value) -> str:
-    if raised(value):
-        return f"raised {value['!raised']}"
-    if isinstance(value, dict) and "!type" in value:
-        return f"a {value['!type']}"
-    if isinstance(value, dict) and "!tuple" in value:
-        return repr(tuple(value["!tuple"]))
-    if isinstance(value, dict) and "!dict" in value:
-        return repr({shown(k): v for k, v in value["!dict"]})
-    return repr(value)
 
 
 def check(grade_id: str, args: dict, result) -> str | None:

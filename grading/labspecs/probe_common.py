@@ -53,6 +53,21 @@ def raised(value):
     return isinstance(value, dict) and "!raised" in value
 
 
+
+def shown(value) -> str:
+    """A probe's value as the labs' messages show it (the tagged forms plain() writes, read back)."""
+    if raised(value):
+        return f"raised {value['!raised']}"
+    if isinstance(value, dict) and "!type" in value:
+        return f"a {value['!type']}"
+    if isinstance(value, dict) and "!tuple" in value:
+        return repr(tuple(value["!tuple"]))
+    if isinstance(value, dict) and "!range" in value:
+        return repr(range(*value["!range"]))
+    if isinstance(value, dict) and "!dict" in value:
+        return repr({shown(k): v for k, v in value["!dict"]})
+    return repr(value)
+
 def need(ns, name):
     """The student's (or the locked cells') definition of `name`, as a test cell would look it up."""
     if name not in ns:
