@@ -492,51 +492,82 @@ def saved_widget_state(path: Path) -> dict:
         "application/vnd.jupyter.widget-state+json", {}).get("state", {})
 
 
-def test_the_learners_lab_reopens_a_saved_quiz_and_has_no_validate_button(first_command, page):
-    """Chapter 0's practice quiz is run, the notebook saved, every kernel ended and the notebook reopened: its
-    output shows the quiz (from the widget state saved with the notebook) with its "run this cell again" line,
-    never "model not found". The toolbar has no nbgrader Validate button (course/jupyter-learner turns it off)."""
-    path = "course/00_start_here.ipynb"
-    on_disk = first_command.root / path
-    cells = nbformat.read(on_disk, as_version=4).cells
-    index = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "quizzes.practice(" in c.source)
-    open_with_token(page, first_command, path)
-    toolbar = page.locator(f"{PANEL} .jp-NotebookPanel-toolbar")
-    toolbar.locator(".jp-Toolbar-kernelName").first.wait_for()  # the toolbar is built (nbgrader adds to it then)
-    assert toolbar.locator(".validate-button").count() == 0, toolbar.inner_text()
+def run_cells(page, indices: list[int]) -> None:
+    """Run these cells of the open notebook, in order, as a learner does: click, Shift+Enter."""
+    for index in indices:
+        cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+        cell.scroll_into_view_if_needed()
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Shift+Enter")
 
-    cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
-    cell.scroll_into_view_if_needed()
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Shift+Enter")
-    quiz = cell.locator(".jp-OutputArea-output .widget-vbox", has=page.locator(".widget-radio-box")).first
-    quiz.wait_for()
-    shot(page, "learner-quiz-before-save", cell)
+
+def save_end_and_reopen(page, made: MadeLab, path: str) -> None:
+    """Save the notebook (with its widget state), end every kernel as quitting JupyterLab does, open it again."""
     page.keyboard.press("Escape")
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + REOPEN_S
-    while not saved_widget_state(on_disk):  # the save carries the widget state (saveState)
+    while not saved_widget_state(made.root / path):  # the save carries the widget state (saveState)
         assert time.monotonic() < deadline, f"no widget state saved in {path} within {REOPEN_S} s"
         time.sleep(0.5)
-
     page.goto("about:blank")
-    end_every_session(first_command)
-    open_with_token(page, first_command, path)
+    end_every_session(made)
+    open_with_token(page, made, path)
+
+
+def assert_reopened_widget(page, index: int, widget_part: str, what: str) -> None:
+    """The reopened cell's output shows the saved widget (`widget_part` is one of its elements) with its
+    "run this cell again" line, and never "model not found", also a moment later."""
     output = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea")
     output.scroll_into_view_if_needed()
     deadline = time.monotonic() + REOPEN_S
     while True:
         text = output.inner_text()
         assert MODEL_NOT_FOUND not in text, text
-        if output.locator(".widget-radio-box").count() and RERUN_LINE in text:
+        if output.locator(widget_part).count() and RERUN_LINE in text:
             break
-        assert time.monotonic() < deadline, f"the saved quiz did not render within {REOPEN_S} s: {text!r}"
+        assert time.monotonic() < deadline, f"the saved {what} did not render within {REOPEN_S} s: {text!r}"
         time.sleep(0.5)
     time.sleep(2)  # the widget manager may still be restoring: what it shows then must hold
     text = output.inner_text()
-    shot(page, "learner-quiz-reopened", output)
+    shot(page, f"learner-{what}-reopened", output)
     assert MODEL_NOT_FOUND not in text, text
-    assert output.locator(".widget-radio-box").count() and RERUN_LINE in text, text
+    assert output.locator(widget_part).count() and RERUN_LINE in text, text
+
+
+def test_the_learners_lab_reopens_a_saved_quiz_and_has_no_validate_button(first_command, page):
+    """Chapter 0's practice quiz is run, the notebook saved, every kernel ended and the notebook reopened: its
+    output shows the quiz (from the widget state saved with the notebook) with its "run this cell again" line,
+    never "model not found". The toolbar has no nbgrader Validate button (course/jupyter-learner turns it off)."""
+    path = "course/00_start_here.ipynb"
+    cells = nbformat.read(first_command.root / path, as_version=4).cells
+    index = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "quizzes.practice(" in c.source)
+    open_with_token(page, first_command, path)
+    toolbar = page.locator(f"{PANEL} .jp-NotebookPanel-toolbar")
+    toolbar.locator(".jp-Toolbar-kernelName").first.wait_for()  # the toolbar is built (nbgrader adds to it then)
+    assert toolbar.locator(".validate-button").count() == 0, toolbar.inner_text()
+
+    run_cells(page, [index])
+    cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-OutputArea-output .widget-vbox", has=page.locator(".widget-radio-box")).first.wait_for()
+    shot(page, "learner-quiz-before-save", cell)
+    save_end_and_reopen(page, first_command, path)
+    assert_reopened_widget(page, index, ".widget-radio-box", "quiz")
+
+
+def test_the_learners_lab_reopens_a_saved_stepper(first_command, page):
+    """Chapter 2's stepper, run after the chapter's first cell, saved, its kernel ended and reopened: the saved
+    view (slider and stats) comes back with its "run this cell again" line, never "model not found"."""
+    path = "course/02_fragmentation.ipynb"
+    cells = nbformat.read(first_command.root / path, as_version=4).cells
+    first = next(i for i, c in enumerate(cells) if c.cell_type == "code")
+    index = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "viz.Stepper(" in c.source)
+    open_with_token(page, first_command, path)
+    run_cells(page, [first, index])
+    cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-OutputArea-output .widget-slider").first.wait_for(timeout=REOPEN_S * 1000)
+    shot(page, "learner-stepper-before-save", cell)
+    save_end_and_reopen(page, first_command, path)
+    assert_reopened_widget(page, index, ".widget-slider", "stepper")
 
 
 def test_the_instructors_lab_keeps_the_validate_button(instructor_lab, page):
