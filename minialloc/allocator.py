@@ -384,8 +384,9 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
                 problem = self._extended_free(block)
             block.allocated = False
             self.stats.free_requested(block.pool.is_small, block.size)
-            if self._history is not None:
-                self._history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
+            history = self._history  # one attribute load when recording, as the single-class allocator had
+            if history is not None:
+                history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
             if block.size >= self._max_split:
                 self.stats.oversize_allocations.decrease(1)
             if block.stream_uses:
@@ -412,8 +413,9 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
         if self._extensions:
             for e in self._extensions:
                 e.on_free_block(block)
-        if self._history is not None:
-            self._history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
+        history = self._history
+        if history is not None:
+            history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
         block.frames = []
         original_size = block.size
         requested_size = block.requested_size
