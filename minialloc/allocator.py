@@ -64,7 +64,8 @@ This file is the policy only. The rest of CachingAllocator lives where its idea 
 the rules work on, in blocks.py; the public calls that are not rules (statistics, memory fraction, MemPool,
 history, snapshot(), the replays' restore_segments) in memory_api.py, which CachingAllocator inherits and which
 calls history.py (the trace ring buffer), snapshot_writer.py, mempool.py, restore.py and invariants.py; the block
-edits of expandable segments in expandable_blocks.py.
+edits of expandable segments in expandable_blocks.py. None of those imports this module: restore.py and
+invariants.py see the allocator through the protocol in tables.py, a MemPool through mempool.PoolOwner.
 """
 
 from __future__ import annotations
