@@ -94,10 +94,13 @@ test: system-packages $(TEST_STAMP)
 
 # The quick loop while working: lint every Python file (the notebooks' cells are not modules), then the tests that
 # need no notebook, nbgrader, browser or minutes (under a minute on two cores). `make test` is still what CI runs.
+# On the same workers as `make test` (a file's tests on one worker, its module fixtures built once): one process
+# left a core idle for half of the loop. CHECK_WORKERS=0 runs it in one process.
 CHECK_MARKERS := not notebooks and not nbgrader and not browser and not slow
+CHECK_WORKERS ?= $(TEST_WORKERS)
 check: $(TEST_STAMP)
 	$(BIN)/ruff check --extend-exclude '*.ipynb' .
-	$(BIN)/python -m pytest -q -m "$(CHECK_MARKERS)"
+	$(BIN)/python -m pytest -q -m "$(CHECK_MARKERS)" -n $(CHECK_WORKERS) --dist loadgroup
 
 # Benchmarks print figures; they are not tests. Every bench/*.py runs, each with the same flags
 # (BENCH_FLAGS=--quick for a short run). They need the course's layer only (minialloc and matplotlib).

@@ -64,7 +64,8 @@ This file is the policy only. The rest of CachingAllocator lives where its idea 
 the rules work on, in blocks.py; the public calls that are not rules (statistics, memory fraction, MemPool,
 history, snapshot(), the replays' restore_segments) in memory_api.py, which CachingAllocator inherits and which
 calls history.py (the trace ring buffer), snapshot_writer.py, mempool.py, restore.py and invariants.py; the block
-edits of expandable segments in expandable_blocks.py.
+edits of expandable segments in expandable_blocks.py. None of those imports this module: restore.py and
+invariants.py see the allocator through the protocol in tables.py, a MemPool through mempool.PoolOwner.
 """
 
 from __future__ import annotations
@@ -384,8 +385,9 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
                 problem = self._extended_free(block)
             block.allocated = False
             self.stats.free_requested(block.pool.is_small, block.size)
-            if self._history is not None:
-                self._history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
+            history = self._history  # one attribute load when recording, as the single-class allocator had
+            if history is not None:
+                history.record("free_requested", ptr, block.requested_size, block.stream, block.frames or None)
             if block.size >= self._max_split:
                 self.stats.oversize_allocations.decrease(1)
             if block.stream_uses:
@@ -412,8 +414,9 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
         if self._extensions:
             for e in self._extensions:
                 e.on_free_block(block)
-        if self._history is not None:
-            self._history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
+        history = self._history
+        if history is not None:
+            history.record("free_completed", block.ptr, block.requested_size, block.stream, block.frames or None)
         block.frames = []
         original_size = block.size
         requested_size = block.requested_size

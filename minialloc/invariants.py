@@ -2,7 +2,7 @@
 no two free neighbours left unmerged, and every counter equal to what the blocks add up to.
 
 Used by the tests and tools/gpu_check.py through CachingAllocator.check_invariants(). It reads the allocator's
-tables directly (a friend, like restore.py) and changes nothing.
+tables directly (a friend, like restore.py, typed through tables.AllocatorTables) and changes nothing.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .allocator import CachingAllocator
     from .blocks import Block
+    from .tables import AllocatorTables
 
 __all__ = ["check_allocator_invariants"]
 
 
-def check_allocator_invariants(a: CachingAllocator) -> None:
+def check_allocator_invariants(a: AllocatorTables) -> None:
     """Assert every invariant of `a`; an AssertionError names the first block or counter that is wrong."""
     heads: list[Block] = []
     seen: set[int] = set()

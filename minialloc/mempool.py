@@ -18,14 +18,11 @@ allocator (a pluggable one), use_on_oom and no_split.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .blocks import BlockPool
 
-if TYPE_CHECKING:
-    from .allocator import CachingAllocator
-
-__all__ = ["MemPool", "PrivatePool"]
+__all__ = ["MemPool", "PoolOwner", "PrivatePool"]
 
 PoolId = tuple[int, int]
 DEFAULT_POOL: PoolId = (0, 0)
@@ -41,12 +38,25 @@ class PrivatePool:
         self.use_count = 0
 
 
+class PoolOwner(Protocol):
+    """What a MemPool asks of its allocator: CachingAllocator has these through memory_api.MemoryAPI. A protocol,
+    so that this module, which the allocator imports, need not import the allocator."""
+
+    def _incref_pool(self, pool_id: PoolId) -> None: ...
+
+    def _decref_pool(self, pool_id: PoolId) -> None: ...
+
+    def _pool_use_count(self, pool_id: PoolId) -> int: ...
+
+    def snapshot(self) -> dict: ...
+
+
 class MemPool:
     """torch.cuda.MemPool: a handle on a private pool of one allocator. Make one with alloc.mem_pool(), route a
     thread's allocations to it with ``with alloc.use_mem_pool(pool):``. When the handle is deleted (and no
     context uses the pool), the pool's cached segments go back at the next empty_cache()."""
 
-    def __init__(self, allocator: CachingAllocator, pool_id: PoolId) -> None:
+    def __init__(self, allocator: PoolOwner, pool_id: PoolId) -> None:
         self._allocator = allocator
         self._id = pool_id
         allocator._incref_pool(pool_id)

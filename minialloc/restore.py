@@ -6,25 +6,22 @@ held_pool, replay_pool and release_cached_segment delegate here; nothing on the 
 
 This module is the allocator's friend (as a C++ friend function): it writes the allocator's block tables and
 counters directly, the way alloc_found_block and alloc_block would have left them, because going through malloc
-could not put blocks at given addresses. The allocator imports it; it imports the allocator only for type checks.
+could not put blocks at given addresses. The allocator imports it; it sees the allocator only through the
+AllocatorTables protocol (tables.py), never by importing allocator.py.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from .blocks import Block, BlockPool
 from .devices.base import DeviceOutOfMemory
 from .expandable import ExpandableSegment, reservation_pages
 from .mempool import DEFAULT_POOL, PoolId
-
-if TYPE_CHECKING:
-    from .allocator import CachingAllocator
+from .tables import AllocatorTables
 
 __all__ = ["held_pool", "release_cached_segment", "restore_segments"]
 
 
-def restore_segments(a: CachingAllocator, segments: list[dict]) -> None:
+def restore_segments(a: AllocatorTables, segments: list[dict]) -> None:
     """Rebuild segments and blocks given in the snapshot schema (see snapshot.py) at their own addresses.
 
     The allocator must be empty, and the device must place memory where it is told (SimulatedGPU.place_next; a
@@ -50,7 +47,7 @@ def restore_segments(a: CachingAllocator, segments: list[dict]) -> None:
         a.stats.reset_peak()
 
 
-def held_pool(a: CachingAllocator, pool_id: PoolId) -> tuple[BlockPool, BlockPool]:
+def held_pool(a: AllocatorTables, pool_id: PoolId) -> tuple[BlockPool, BlockPool]:
     """The private pool with this id as (small, large), made if new and held for good (a recorded run's pool,
     whose handle a replay does not have: empty_cache never frees it)."""
     if pool_id not in a._private:
@@ -59,7 +56,7 @@ def held_pool(a: CachingAllocator, pool_id: PoolId) -> tuple[BlockPool, BlockPoo
     return private.small, private.large
 
 
-def release_cached_segment(a: CachingAllocator, ptr: int) -> bool:
+def release_cached_segment(a: AllocatorTables, ptr: int) -> bool:
     """Give back the cached segment starting at ptr if it is wholly free (release_block); False if not. A replay
     following a recorded run releases exactly the segments the run released."""
     with a.lock:
@@ -71,7 +68,7 @@ def release_cached_segment(a: CachingAllocator, ptr: int) -> bool:
         return False
 
 
-def _restore_blocks(a: CachingAllocator, seg: dict, pool: BlockPool, segment: ExpandableSegment | None,
+def _restore_blocks(a: AllocatorTables, seg: dict, pool: BlockPool, segment: ExpandableSegment | None,
                     prev: Block | None) -> Block | None:
     """Blocks of one segment (or one mapped range), spliced after prev, counted as alloc_found_block and
     free_block count them; returns the last one."""
@@ -111,13 +108,13 @@ def _restore_blocks(a: CachingAllocator, seg: dict, pool: BlockPool, segment: Ex
     return prev
 
 
-def _restore_pools(a: CachingAllocator, seg: dict) -> tuple[BlockPool, BlockPool]:
+def _restore_pools(a: AllocatorTables, seg: dict) -> tuple[BlockPool, BlockPool]:
     """(small, large) of the segment's pool; a private one is made, held by the run, if it is new."""
     pool_id = tuple(seg.get("segment_pool_id", DEFAULT_POOL))
     return a.pools() if pool_id == DEFAULT_POOL else held_pool(a, pool_id)  # type: ignore[arg-type]
 
 
-def _restore_ordinary(a: CachingAllocator, seg: dict) -> None:
+def _restore_ordinary(a: AllocatorTables, seg: dict) -> None:
     small = seg.get("segment_type") == "small"
     pool = _restore_pools(a, seg)[0 if small else 1]
     a.device.place_next(seg["address"])
@@ -132,7 +129,7 @@ def _restore_ordinary(a: CachingAllocator, seg: dict) -> None:
         a.stats.oversize_segments.increase(1)
 
 
-def _restore_expandable(a: CachingAllocator, stream: int, small: bool, ranges: list[dict]) -> None:
+def _restore_expandable(a: AllocatorTables, stream: int, small: bool, ranges: list[dict]) -> None:
     """Expandable segments holding `ranges` (mapped ranges of one stream and pool, by address): each reservation
     starts at the lowest range not in the one before (PyTorch maps from the start of a range up), with its pages
     mapped under the ranges and unmapped blocks in the gaps."""
@@ -148,7 +145,7 @@ def _restore_expandable(a: CachingAllocator, stream: int, small: bool, ranges: l
         _restore_reservation(a, stream, small, group)
 
 
-def _restore_reservation(a: CachingAllocator, stream: int, small: bool, ranges: list[dict]) -> None:
+def _restore_reservation(a: AllocatorTables, stream: int, small: bool, ranges: list[dict]) -> None:
     pool = _restore_pools(a, ranges[0])[0 if small else 1]
     a.device.place_next_reservation(ranges[0]["address"])
     segment = ExpandableSegment(a.device, stream, a._expandable_page_size(small))

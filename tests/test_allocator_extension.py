@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Generic, Protocol
 
 import pytest
 
@@ -14,6 +15,8 @@ from minialloc import allocator as allocator_module
 from minialloc.blocks import Block
 from minialloc.debug import Guards
 from minialloc.extension import AllocatorExtension, AllocatorHost
+from minialloc.mempool import PoolOwner
+from minialloc.tables import AllocatorTables
 
 PACKAGE = Path(minialloc.__file__).parent
 
@@ -149,9 +152,33 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("name", ["blocks.py", "extension.py", "debug.py", "compaction.py", "expandable.py",
                                   "expandable_blocks.py", "history.py", "snapshot_writer.py", "memory_api.py",
+                                  "restore.py", "invariants.py", "mempool.py", "tables.py",
                                   "devices/base.py", "devices/data.py", "devices/simulated.py", "devices/cuda.py"])
 def test_what_the_allocator_uses_never_imports_the_allocator(name):
     assert "minialloc.allocator" not in _imports(PACKAGE / name), name
+
+
+def _protocol_members(protocol: type) -> set[str]:
+    """The names a Protocol asks for (its annotated attributes, methods and properties, its bases' too)."""
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls in (object, Protocol, Generic):
+            continue
+        names.update(getattr(cls, "__annotations__", {}))
+        names.update(n for n, v in vars(cls).items()
+                     if not n.startswith("__") and (callable(v) or isinstance(v, property)))
+    return names
+
+
+@pytest.mark.parametrize("protocol", [AllocatorHost, AllocatorTables, PoolOwner])
+def test_the_allocator_has_everything_its_friends_protocols_ask_for(protocol):
+    """restore.py, invariants.py and mempool.py are typed through these protocols instead of importing the
+    allocator: each member must be there on a real one, or they would fail only when called."""
+    a = CachingAllocator(SimulatedGPU("1GiB"), "")
+    members = _protocol_members(protocol)
+    assert {"_incref_pool", "pools", "device"} & members, members  # the walk found the members
+    missing = sorted(n for n in members if not hasattr(a, n))
+    assert not missing, f"CachingAllocator lacks {missing} of {protocol.__name__}"
 
 
 def test_the_import_check_sees_imports():

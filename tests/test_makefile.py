@@ -150,3 +150,28 @@ def test_ci_runs_make_test_and_nothing_else():
     commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "exec make test"]
+
+
+def test_make_check_does_not_import_the_files_its_markers_leave_out():
+    """conftest's pytest_ignore_collect: under `make check`'s -m expression a file whose markers it excludes is not
+    collected at all; a file it keeps, or any other expression, collects as pytest always does."""
+    from conftest import MARKED_FILES, pytest_ignore_collect
+
+    (line,) = [li for li in (ROOT / "Makefile").read_text().splitlines() if li.startswith("CHECK_MARKERS :=")]
+    check = line.split(":=", 1)[1].strip()
+
+    class Config:
+        def __init__(self, markexpr: str) -> None:
+            self.markexpr = markexpr
+
+        def getoption(self, name: str, default: object = None) -> object:
+            assert name == "markexpr"
+            return self.markexpr
+
+    tests = ROOT / "tests"
+    for name in MARKED_FILES["nbgrader"] | MARKED_FILES["notebooks"] | MARKED_FILES["slow"]:
+        assert pytest_ignore_collect(tests / name, Config(check)) is True, name
+    for name in ("test_allocator_rules.py", "test_cuda_device.py"):  # unmarked; gpu, which check keeps
+        assert pytest_ignore_collect(tests / name, Config(check)) is None, name
+    for other in ("", "slow", "not nbgrader or gpu", "not (nbgrader or slow)"):
+        assert pytest_ignore_collect(tests / "test_labs.py", Config(other)) is None, other
