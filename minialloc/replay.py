@@ -40,6 +40,7 @@ from pathlib import Path
 from .allocator import CachingAllocator
 from .device import DeviceError, SimulatedGPU
 from .oom import OutOfMemoryError
+from .relay import relay_start
 from .sizes import PAGE_SIZE, readable_size
 from .trace import (
     EMPTY_CACHE,
@@ -414,7 +415,7 @@ class CheckResult:
 def replay_trace(
     trace: DeviceTrace, config: str, capacity: int | None = None, *, label: str = "", at_recorded: bool = False,
     check: CheckResult | None = None, keep_samples: bool = False, until: int | None = None,
-    progress: bool = False, relaid: bool = False,
+    progress: bool = False, relaid: bool = False, cache: bool = True,
 ) -> tuple[ReplayResult, CachingAllocator]:
     """Replay a recorded device trace from its rebuilt start state (trace.start_segments) under `config`.
 
@@ -422,14 +423,15 @@ def replay_trace(
     allocator under the recorded settings can land every block at its recorded address; check collects that
     comparison. until: stop before the operation of that trace entry (the state a diagnosis looks at). An OOM is
     counted and the request skipped, as the recorded run's own 'oom' entries are; its later free is skipped too.
-    relaid: start from the LIVE blocks at the first entry only, each allocated again (in address order, on its
-    stream and in its pool) under `config`'s own policy, instead of the run's segments as they were: the start a
-    run under that config from its beginning would more nearly have had (relay_start).
+    relaid: start from the blocks at the first entry, each allocated again (in address order, on its stream and
+    in its pool) under `config`'s own policy and the cached ones freed again, instead of the run's segments as
+    they were: the start a run under that config from its beginning would more nearly have had
+    (minialloc.relay.relay_start; cache=False: the live blocks only).
     """
     check_capacity(capacity)
     if relaid:
         return _replay_relaid(trace, config, capacity, label=label, keep_samples=keep_samples, until=until,
-                              progress=progress)
+                              progress=progress, cache=cache)
     if capacity is not None and capacity < trace.reserved_at_start:
         raise StartStateDoesNotFit(
             f"device {trace.device} does not fit in {readable_size(capacity)}: "
@@ -465,33 +467,21 @@ def replay_trace(
 
 
 def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, label: str, keep_samples: bool,
-                   until: int | None, progress: bool) -> tuple[ReplayResult, CachingAllocator]:
+                   until: int | None, progress: bool, cache: bool = True) -> tuple[ReplayResult, CachingAllocator]:
     gpu = SimulatedGPU(capacity or unlimited_capacity(trace), index=trace.device)
     a = CachingAllocator(gpu, config)
     a.record_memory_history(enabled=False)
     result = ReplayResult(config=config or "native", label=label or f"{config or 'native'}, re-laid",
                           capacity=capacity)
-    live: dict[int, int] = {}
-    pools: dict[tuple[int, int], object] = {}
-    for seg in trace.start_segments:
-        pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
-        for b in seg["blocks"]:
-            if b["state"] != "active_allocated":
-                continue
-            try:
-                if pool_id != (0, 0):
-                    pool = pools.setdefault(pool_id, a.replay_pool(pool_id))  # type: ignore[arg-type]
-                    with a.use_mem_pool(pool):  # type: ignore[arg-type]
-                        live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
-                else:
-                    live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
-            except OutOfMemoryError as e:
-                result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
-                _failed(result, trace, 0, b["requested_size"], e, a)
-                stats = a.memory_stats()
-                result.peak_allocated = stats["allocated_bytes.all.peak"]
-                result.peak_reserved = stats["reserved_bytes.all.peak"]
-                return result, a
+    live, failure = relay_start(trace, a, cache=cache)
+    if failure is not None:
+        size, e = failure
+        result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
+        _failed(result, trace, 0, size, e, a)
+        stats = a.memory_stats()
+        result.peak_allocated = stats["allocated_bytes.all.peak"]
+        result.peak_reserved = stats["reserved_bytes.all.peak"]
+        return result, a
     return _run_ops(trace, a, gpu, result, live, keep_samples=keep_samples, until=until, progress=progress,
                     place=False)
 
