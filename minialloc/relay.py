@@ -57,6 +57,14 @@ def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
         else:
             routed = nullcontext()
         with routed:
+            if not small and not seg.get("is_expandable"):
+                # the request that made this segment (a large segment is as large as its first request, rounded):
+                # under another config it leaves its own trace, e.g. an oversize block max_split_size_mb never
+                # splits; its blocks then take that memory again where the config allows it
+                try:
+                    a.free(a.malloc(seg["total_size"], seg["stream"]))
+                except OutOfMemoryError:
+                    pass  # cache: on this device the run could not have kept it
             for b in sorted(seg["blocks"], key=lambda b: b["address"]):
                 if b["state"] == "active_allocated":
                     try:
