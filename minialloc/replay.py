@@ -16,12 +16,12 @@ starts from the state at the trace's first entry, rebuilt by minialloc.trace.sta
 recorded addresses, and runs the trace's operations (minialloc.trace.device_ops). Under the run's own settings
 every allocation should then land at its recorded address: check_trace counts them, which is what makes the
 what-if rows worth trusting. For a trace that starts mid-run, each what-if row (the recorded settings' too)
-starts from the live blocks at the first entry re-laid by its own policy (replay_trace's relaid), so the rows
-compare with each other; with relaid=False (`--keep-start`) a row starts from the run's segments as they were, as
-if its setting had been switched on at the first trace entry. bench/relaid_whatif.py measures how well re-laid
-rows predict a run made under their setting. Without a capacity the simulated GPU is unlimited and the rows
-compare peak reserved memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free
-bytes) they show who runs out of memory, and where.
+starts from the blocks at the first entry (live and cached) re-laid by its own policy (replay_trace's relaid,
+minialloc.relay), so the rows compare with each other; with relaid=False (`--keep-start`) a row starts from the
+run's segments as they were, as if its setting had been switched on at the first trace entry.
+bench/relaid_whatif.py measures how well re-laid rows predict a run made under their setting. Without a
+capacity the simulated GPU is unlimited and the rows compare peak reserved memory; with one (given, or read
+from an 'oom' entry: reserved then plus the driver's free bytes) they show who runs out of memory, and where.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
 (when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request
@@ -134,7 +134,7 @@ class ReplayResult:
     left_out_live_blocks: int = 0
     left_out_live_bytes: int = 0
     notes: list[str] = field(default_factory=list)  # caveats on this row's figures, one sentence each
-    relaid: bool = False  # started from the live blocks at the first entry, re-laid under this row's config
+    relaid: bool = False  # started from the blocks at the first entry (live and cached), re-laid under this config
 
     @property
     def efficiency(self) -> float:
@@ -672,8 +672,8 @@ def what_if_trace(
     """The run's own settings (first row, labelled as recorded: exact), then each config, on one capacity.
 
     relaid (default: when the trace starts mid-run): the configs' rows, the recorded one's first, start from
-    the live blocks at the first entry re-laid by each config's own policy (replay_trace's relaid), so they
-    compare with each other; otherwise each starts from the run's segments as they were, as if the setting had
+    the blocks at the first entry (live and cached) re-laid by each config's own policy (replay_trace's relaid),
+    so they compare with each other; otherwise each starts from the run's segments as they were, as if the setting had
     been switched on at the first entry."""
     check_capacity(capacity)
     check_configs(configs)
@@ -756,10 +756,10 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
                 f"with {_name(best, recorded)}")
     own = next((r for r in results if r.relaid and r.config == recorded.config), None)
     if own is not None and not own.failed:
-        # re-laid, the run's own settings fit too: the failure came from how memory was laid out before the
-        # trace began, which a re-laid start does not have
+        # re-laid, the run's own settings fit too: the failure came from where the blocks sat before the trace
+        # began, which a re-laid start (the same blocks, placed again in address order) does not reproduce
         others = [r.label for r in saved if r is not own]
-        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the live blocks "
+        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the blocks "
                 f"at the first trace entry are re-laid ({', '.join(others) or 'no other setting'} too): the OOM "
                 "comes from how memory was laid out before the trace began; record from earlier in the run to see "
                 "which setting avoids it")

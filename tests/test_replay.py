@@ -356,5 +356,6 @@ def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_
     path.write_bytes(pickle.dumps(snap))
     assert main(["replay", str(path), "--no-fit"]) == 0
     out = capsys.readouterr().out
-    assert "re-laid from the live blocks at the first entry:" in out and "rows marked re-laid start from the 2" in out
+    assert "re-laid from the live and cached blocks at the first entry:" in out
+    assert "rows marked re-laid start from the 2 live blocks and the cached free memory" in out
     assert later
