@@ -8,14 +8,18 @@ start would have held the same live blocks, and a cache built by the same reques
 after the first entry is often the cache itself (a model loaded, then freed), and a trace that reuses that cache
 under one config needs new segments under one that lays it out differently.
 
-relay_start allocates every block of the start state again, segment by segment in address order (live blocks
-at their requested size, so the config rounds them by its own rules; free blocks at their size, so the cache
-holds the same bytes), on its stream and in its pool, then frees the free ones: the config's own policy decides
-the segments. Under the recorded settings this rebuilds the run's own layout nearly as it was; under another it
-re-expresses the same reserved bytes in that config's segments (one expandable reservation per stream and pool,
-unsplit oversize blocks, other roundings). What it cannot know is what the requests before the trace were, so a
-config whose cache grows with the variety of past requests (max_split_size_mb's unsplit oversize blocks) is
-predicted low; bench/relaid_whatif.py measures how far the prediction can be trusted.
+relay_start allocates the start state again, segment by segment in address order, on each segment's stream and
+in its pool: first the request that made the segment (its size: a segment is as large as its first request,
+rounded), freed at once, then its blocks in address order (live blocks at their requested size, so the config
+rounds them by its own rules; free blocks at their size, so the cache holds the same bytes), then it frees the
+free ones. The config's own policy decides the segments. Under the recorded settings this rebuilds the run's
+own segments; under another it re-expresses them in that config's (one expandable reservation per stream and
+pool; under max_split_size_mb the request's oversize block stays whole, so the live blocks the run split it for
+need segments of their own, and the free remnants of that split, which need new memory there, are left out).
+What it cannot know is what the requests before the trace were, so a config whose cache grows with the variety
+of past requests (max_split_size_mb's unsplit oversize blocks) is predicted low, and one that would have
+wasted less than the recorded settings did (expandable segments after a fragmented native run) high;
+bench/relaid_whatif.py measures how far the prediction can be trusted.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ def _pieces(size: int, small: bool) -> list[int]:
 
 def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
                 ) -> tuple[dict[int, int], tuple[int, OutOfMemoryError] | None]:
-    """Allocate the start state of `trace` again on `a` (see the module docstring).
+    """Allocate the start state of `trace` again on `a` (see the module docstring), then reset the peak
+    statistics, so a replay's peak counts from the first entry on.
 
     Returns the live blocks (recorded address -> address on `a`) and, when a live block does not fit on the
     device, its requested size and the error (the re-laid run fails at the first entry). A cached block that
@@ -57,14 +62,7 @@ def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
         else:
             routed = nullcontext()
         with routed:
-            if not small and not seg.get("is_expandable"):
-                # the request that made this segment (a large segment is as large as its first request, rounded):
-                # under another config it leaves its own trace, e.g. an oversize block max_split_size_mb never
-                # splits; its blocks then take that memory again where the config allows it
-                try:
-                    a.free(a.malloc(seg["total_size"], seg["stream"]))
-                except OutOfMemoryError:
-                    pass  # cache: on this device the run could not have kept it
+            made = cache and not seg.get("is_expandable") and _segment_request(a, seg, small)
             for b in sorted(seg["blocks"], key=lambda b: b["address"]):
                 if b["state"] == "active_allocated":
                     try:
@@ -81,10 +79,44 @@ def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
                             return live, (b["requested_size"], e)
                 elif cache:
                     for piece in _pieces(b["size"], small):
-                        try:
-                            cached.append(a.malloc(piece, seg["stream"]))
-                        except OutOfMemoryError:
+                        ptr = _cached_piece(a, piece, seg["stream"], within=made)
+                        if ptr is None:
                             break
+                        cached.append(ptr)
     for ptr in cached:
         a.free(ptr)
+    a.reset_peak_memory_stats()
     return live, None
+
+
+def _segment_request(a: CachingAllocator, seg: dict, small: bool) -> bool:
+    """Make (and free) the request that created a segment of the start state; False if the device cannot.
+
+    A large segment is as large as its first request, rounded (a 20 MiB one served a medium request, which
+    rounds to no more); a small one was made by a request of at most kSmallSize. Under another config that
+    request leaves its own trace (an oversize block max_split_size_mb never splits, a range of an expandable
+    segment), and the segment's blocks take that memory again where the config lets them."""
+    try:
+        a.free(a.malloc(min(seg["total_size"], K_SMALL_SIZE) if small else seg["total_size"], seg["stream"]))
+    except OutOfMemoryError:
+        return False  # on this device the run could not have kept it
+    return True
+
+
+def _cached_piece(a: CachingAllocator, size: int, stream: int, within: bool) -> int | None:
+    """A piece of the run's cache allocated again, or None where the device has no room for it.
+
+    within: the piece belongs to a segment whose request was just made again, so it may only take memory that
+    request reserved: a piece the config would need new memory for is cached free space the config does not
+    have (max_split_size_mb keeps the request's oversize block whole, so the run's remnants of splitting it
+    never exist), and it is given back at once."""
+    reserved = a.memory_reserved()
+    try:
+        ptr = a.malloc(size, stream)
+    except OutOfMemoryError:
+        return None
+    if within and a.memory_reserved() > reserved:
+        a.free(ptr)
+        a.release_cached_segment(ptr)
+        return None
+    return ptr

@@ -359,3 +359,30 @@ def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_
     assert "re-laid from the live and cached blocks at the first entry:" in out
     assert "rows marked re-laid start from the 2 live blocks and the cached free memory" in out
     assert later
+
+
+def test_the_re_laid_start_re_expresses_the_cache_under_each_config():
+    """Issue 24: a 600 MiB segment the run split for a 300 MiB block (the rest cached). Re-laid, the recorded
+    settings rebuild it as it was; max_split_size_mb:256 keeps the 600 MiB request's oversize block whole, so
+    the 300 MiB block needs a segment of its own and the remnant of the split never exists; the live bytes are
+    the same under each, and a peak counts from the first entry on."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.replay import replay_trace
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("4GiB"), "")
+    a.free(a.malloc(600 * MiB))
+    held = [a.malloc(300 * MiB), a.malloc(4096)]
+    a.record_memory_history()
+    a.malloc(50 * MiB)
+    a.free(held[0])
+    trace = read_device_trace(a.snapshot(), 0)
+    assert trace.reserved_at_start == 602 * MiB
+    segments = {}
+    for conf in ("", "expandable_segments:True", "max_split_size_mb:256"):
+        _, start = replay_trace(trace, conf, relaid=True, until=trace.ops[0][1])
+        assert start.memory_allocated() == 300 * MiB + 4096
+        assert start.memory_stats()["reserved_bytes.all.peak"] == start.memory_reserved()
+        segments[conf] = sorted(s["total_size"] // MiB for s in start.snapshot()["segments"])
+    assert segments[""] == segments["expandable_segments:True"] == [2, 600]
+    assert segments["max_split_size_mb:256"] == [2, 300, 600]
