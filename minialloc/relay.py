@@ -12,10 +12,13 @@ relay_start allocates the start state again, segment by segment in address order
 in its pool: first the request that made the segment (its size: a segment is as large as its first request,
 rounded), freed at once, then its blocks in address order (live blocks at their requested size, so the config
 rounds them by its own rules; free blocks at their size, so the cache holds the same bytes), then it frees the
-free ones. The config's own policy decides the segments. Under the recorded settings this rebuilds the run's
-own segments; under another it re-expresses them in that config's (one expandable reservation per stream and
-pool; under max_split_size_mb the request's oversize block stays whole, so the live blocks the run split it for
-need segments of their own, and the free remnants of that split, which need new memory there, are left out).
+free ones. Every segment stays in use until the last one is laid, as it was when the run made the next one
+(the run made a new segment because nothing cached could serve that request): its free pieces are held, and so
+is the request's memory where the config left it wholly unused. The config's own policy decides the segments.
+Under the recorded settings this rebuilds the run's own segments; under another it re-expresses them in that
+config's (one expandable reservation per stream and pool; under max_split_size_mb the request's oversize block
+stays whole, so the live blocks the run split it for need segments of their own, and the free remnants of that
+split, which would need new memory there, are left out).
 What it cannot know is what the requests before the trace were, so a config whose cache grows with the variety
 of past requests (max_split_size_mb's unsplit oversize blocks) is predicted low, and one that would have
 wasted less than the recorded settings did (expandable segments after a fragmented native run) high;
@@ -62,7 +65,7 @@ def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
         else:
             routed = nullcontext()
         with routed:
-            made = cache and not seg.get("is_expandable") and _segment_request(a, seg, small)
+            made = _segment_request(a, seg, small) if cache and not seg.get("is_expandable") else None
             for b in sorted(seg["blocks"], key=lambda b: b["address"]):
                 if b["state"] == "active_allocated":
                     try:
@@ -79,17 +82,31 @@ def relay_start(trace: DeviceTrace, a: CachingAllocator, cache: bool = True,
                             return live, (b["requested_size"], e)
                 elif cache:
                     for piece in _pieces(b["size"], small):
-                        ptr = _cached_piece(a, piece, seg["stream"], within=made)
+                        ptr = _cached_piece(a, piece, seg["stream"], within=made is not None)
                         if ptr is None:
                             break
                         cached.append(ptr)
+            if made is not None:
+                held = _hold_if_unused(a, made, seg["stream"])
+                if held is not None:
+                    cached.append(held)
     for ptr in cached:
         a.free(ptr)
     a.reset_peak_memory_stats()
     return live, None
 
 
-def _segment_request(a: CachingAllocator, seg: dict, small: bool) -> bool:
+def _hold_if_unused(a: CachingAllocator, ptr: int, stream: int) -> int | None:
+    """The segment request's memory at ptr, held as cache when the config left it wholly unused (an oversize
+    block max_split_size_mb would not split for the segment's blocks), so a later segment's request cannot take
+    it: in the run, this segment was still in use when the later one was made."""
+    block = next((b for b in a.blocks() if b.ptr == ptr), None)
+    if block is None or block.allocated or block.is_split():
+        return None
+    return _cached_piece(a, block.size, stream, within=True)
+
+
+def _segment_request(a: CachingAllocator, seg: dict, small: bool) -> int | None:
     """Make (and free) the request that created a segment of the start state; False if the device cannot.
 
     A large segment is as large as its first request, rounded (a 20 MiB one served a medium request, which
@@ -97,10 +114,11 @@ def _segment_request(a: CachingAllocator, seg: dict, small: bool) -> bool:
     request leaves its own trace (an oversize block max_split_size_mb never splits, a range of an expandable
     segment), and the segment's blocks take that memory again where the config lets them."""
     try:
-        a.free(a.malloc(min(seg["total_size"], K_SMALL_SIZE) if small else seg["total_size"], seg["stream"]))
+        ptr = a.malloc(min(seg["total_size"], K_SMALL_SIZE) if small else seg["total_size"], seg["stream"])
     except OutOfMemoryError:
-        return False  # on this device the run could not have kept it
-    return True
+        return None  # on this device the run could not have kept it
+    a.free(ptr)
+    return ptr
 
 
 def _cached_piece(a: CachingAllocator, size: int, stream: int, within: bool) -> int | None:
