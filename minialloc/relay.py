@@ -107,7 +107,8 @@ def _hold_if_unused(a: CachingAllocator, ptr: int, stream: int) -> int | None:
 
 
 def _segment_request(a: CachingAllocator, seg: dict, small: bool) -> int | None:
-    """Make (and free) the request that created a segment of the start state; False if the device cannot.
+    """Make (and free) the request that created a segment of the start state; its address, or None where the
+    device has no room for it.
 
     A large segment is as large as its first request, rounded (a 20 MiB one served a medium request, which
     rounds to no more); a small one was made by a request of at most kSmallSize. Under another config that
