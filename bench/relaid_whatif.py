@@ -14,8 +14,10 @@ segments, the entries from the cut on. Then, for each config:
 - kept: the cut trace replayed over the run's own segments at the cut (--keep-start), for comparison.
 
 Peak reserved error is (predicted - truth) / truth. The OOM verdict (does the run fail?) is compared on devices
-of 0.9 and 1.1 times the smallest one the whole run fits on under the config, leaving out the cases where the
-whole run already fails before the cut (there is nothing after it to predict). A prediction meets the goal
+of 0.9, 0.95, 1.05 and 1.1 times the smallest one the whole run fits on under the config, leaving out the cases
+where the whole run already fails before the cut (there is nothing after it to predict). The cut file is the
+one the run on an unlimited device wrote, so on a device smaller than what it held at the cut the truth is a
+run that had to give back cache before the cut, which the file does not show. A prediction meets the goal
 (issue 24: 9 in 10) when its peak is within 5% and each of its OOM verdicts agrees; the last lines break that
 down by config and by run. Nothing from before the cut reaches a prediction but what the cut file holds.
 """
@@ -36,6 +38,7 @@ from minialloc.workloads import canonical_scenario, inference_batches, training_
 
 CONFIGS = ["", "expandable_segments:True", "max_split_size_mb:256"]
 CUTS = (0.1, 0.25, 0.5, 0.75, 0.9)
+SCALES = (0.9, 0.95, 1.05, 1.1)  # devices, as multiples of the smallest the whole run fits on under the config
 REAL = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "real_snapshots"
 
 
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     oom: list[tuple[bool, bool]] = []  # (re-laid agrees, kept agrees) on the OOM verdict
     goal: dict[tuple[str, str], list[bool]] = {}  # (run, config) -> per cut: peak within 5% and every verdict agrees
     print(f"{'run':<30}{'cut':>5} {'config':<26}{'truth':>11}{'re-laid':>11}{'err':>8}{'kept':>11}{'err':>8}"
-          f"{'OOM truth/re-laid/kept on 0.9x, 1.1x the smallest fit':>56}")
+          f"  OOM truth/re-laid/kept on {', '.join(f'{x}x' for x in SCALES)} the smallest fit")
     skipped = 0
     for name, snap, device in sources(args.quick):
         full = read_device_trace(snap, device, name)
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 peaks.append((r_err, k_err))
                 verdicts = []
                 agrees = True
-                for scale in (0.9, 1.1):
+                for scale in SCALES:
                     capacity = int(fits[conf] * scale) // PAGE_SIZE * PAGE_SIZE
                     t = replay_trace(full, conf, capacity)[0]
                     if t.failed and (t.first_failure_entry or 0) < at:
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 goal.setdefault((name, conf), []).append(abs(r_err) <= 0.05 and agrees)
                 print(f"{name[:29]:<30}{share:>5.2f} {conf or 'native':<26}{readable_size(truth):>11}"
                       f"{readable_size(relaid.peak_reserved):>11}{r_err:>+8.1%}{readable_size(kept.peak_reserved):>11}"
-                      f"{k_err:>+8.1%}{', '.join(verdicts):>56}")
+                      f"{k_err:>+8.1%}  {', '.join(verdicts)}")
     total, cases = len(peaks), len(oom)
     within = sum(abs(r) <= 0.05 for r, _ in peaks)
     kept_within = sum(abs(k) <= 0.05 for _, k in peaks)
