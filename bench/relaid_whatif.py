@@ -1,6 +1,6 @@
 """How far the re-laid what-if can be trusted: runs traced from process start, cut, and predicted from the cut.
 
-Prints figures; it is not a test. Usage:  python bench/relaid_whatif.py [--quick]
+Prints figures; it is not a test. Usage:  python bench/relaid_whatif.py [--quick] [--cuts 0.33,0.6]
 
 For each run traced from its first allocation (minialloc's own workloads, recorded natively, and the real
 snapshots in tests/fixtures/real_snapshots whose trace starts on an empty device) and each cut point (a share
@@ -8,17 +8,23 @@ of its trace entries), the trace is cut there as a recording switched on mid-run
 segments, the entries from the cut on. Then, for each config:
 
 - truth: the whole trace replayed from the start under the config; its peak reserved from the cut on;
-- re-laid: the cut trace, its live blocks at the cut re-laid by the config's policy, replayed (what
-  `minialloc replay` shows for a trace that starts mid-run);
+- re-laid: the cut trace, the blocks the run held at the cut (live and cached, as the cut file's final segments
+  and trace rebuild them) re-laid by the config's policy, replayed (what `minialloc replay` shows for a trace
+  that starts mid-run; minialloc.relay);
 - kept: the cut trace replayed over the run's own segments at the cut (--keep-start), for comparison.
 
 Peak reserved error is (predicted - truth) / truth. The OOM verdict (does the run fail?) is compared on devices
-of 0.9 and 1.1 times the smallest one the whole run fits on under the config, leaving out the cases where the
-whole run already fails before the cut (there is nothing after it to predict).
+of 0.9, 0.95, 1.05 and 1.1 times the smallest one the whole run fits on under the config, leaving out the cases
+where the whole run already fails before the cut (there is nothing after it to predict). The cut file is the
+one the run on an unlimited device wrote, so on a device smaller than what it held at the cut the truth is a
+run that had to give back cache before the cut, which the file does not show. A prediction meets the goal
+(issue 24: 9 in 10) when its peak is within 5% and each of its OOM verdicts agrees; the last lines break that
+down by config and by run. Nothing from before the cut reaches a prediction but what the cut file holds.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -32,6 +38,7 @@ from minialloc.workloads import canonical_scenario, inference_batches, training_
 
 CONFIGS = ["", "expandable_segments:True", "max_split_size_mb:256"]
 CUTS = (0.1, 0.25, 0.5, 0.75, 0.9)
+SCALES = (0.9, 0.95, 1.05, 1.1)  # devices, as multiples of the smallest the whole run fits on under the config
 REAL = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "real_snapshots"
 
 
@@ -69,13 +76,28 @@ def peak_from(samples: list[tuple[int, int]], ops: list, entry: int) -> int:
     return max([start] + [samples[k][1] for k, op in enumerate(ops[:len(samples)]) if op[1] >= entry])
 
 
+def shares(text: str) -> tuple[float, ...]:
+    """--cuts: comma-separated shares of the trace, each strictly between 0 and 1."""
+    try:
+        out = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cuts {text!r}: expected shares such as 0.33,0.6") from None
+    if not out or not all(0 < x < 1 for x in out):
+        raise argparse.ArgumentTypeError(f"--cuts {text!r}: each share must lie strictly between 0 and 1")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = bench_parser(__doc__).parse_args(argv)
+    parser = bench_parser(__doc__)
+    parser.add_argument("--cuts", type=shares, default=CUTS,
+                        help=f"where to cut each trace, as shares of its entries (default {','.join(map(str, CUTS))})")
+    args = parser.parse_args(argv)
     t0 = time.perf_counter()
     peaks: list[tuple[float, float]] = []  # (re-laid error, kept error) of peak reserved
     oom: list[tuple[bool, bool]] = []  # (re-laid agrees, kept agrees) on the OOM verdict
+    goal: dict[tuple[str, str], list[bool]] = {}  # (run, config) -> per cut: peak within 5% and every verdict agrees
     print(f"{'run':<30}{'cut':>5} {'config':<26}{'truth':>11}{'re-laid':>11}{'err':>8}{'kept':>11}{'err':>8}"
-          f"{'OOM truth/re-laid/kept on 0.9x, 1.1x the smallest fit':>56}")
+          f"  OOM truth/re-laid/kept on {', '.join(f'{x}x' for x in SCALES)} the smallest fit")
     skipped = 0
     for name, snap, device in sources(args.quick):
         full = read_device_trace(snap, device, name)
@@ -83,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         fits = {}  # the smallest device the whole run fits on, per config
         for conf in CONFIGS:
             fits[conf] = smallest_capacity(full, conf, replay_trace(full, conf)[0], max_replays=12)
-        for share in CUTS:
+        for share in args.cuts:
             at = int(n * share)
             part = read_device_trace(cut(snap, device, at), device, name)
             for conf in CONFIGS:
@@ -95,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 k_err = (kept.peak_reserved - truth) / truth
                 peaks.append((r_err, k_err))
                 verdicts = []
-                for scale in (0.9, 1.1):
+                agrees = True
+                for scale in SCALES:
                     capacity = int(fits[conf] * scale) // PAGE_SIZE * PAGE_SIZE
                     t = replay_trace(full, conf, capacity)[0]
                     if t.failed and (t.first_failure_entry or 0) < at:
@@ -108,10 +131,12 @@ def main(argv: list[str] | None = None) -> int:
                     except ValueError:  # the kept start alone does not fit on that device
                         k_oom = True
                     oom.append((t.failed == r_oom, t.failed == k_oom))
+                    agrees = agrees and t.failed == r_oom
                     verdicts.append("/".join("OOM" if x else "ok" for x in (t.failed, r_oom, k_oom)))
+                goal.setdefault((name, conf), []).append(abs(r_err) <= 0.05 and agrees)
                 print(f"{name[:29]:<30}{share:>5.2f} {conf or 'native':<26}{readable_size(truth):>11}"
                       f"{readable_size(relaid.peak_reserved):>11}{r_err:>+8.1%}{readable_size(kept.peak_reserved):>11}"
-                      f"{k_err:>+8.1%}{', '.join(verdicts):>56}")
+                      f"{k_err:>+8.1%}  {', '.join(verdicts)}")
     total, cases = len(peaks), len(oom)
     within = sum(abs(r) <= 0.05 for r, _ in peaks)
     kept_within = sum(abs(k) <= 0.05 for _, k in peaks)
@@ -121,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{max(abs(r) for r, _ in peaks):.1%}; OOM verdict agrees in {sum(r for r, _ in oom)}/{cases}")
     print(f"kept start (--keep-start): within 5% in {kept_within}/{total} ({kept_within / total:.0%}), worst "
           f"{max(abs(k) for _, k in peaks):.1%}; OOM verdict agrees in {sum(k for _, k in oom)}/{cases}")
+    met = [ok for cuts in goal.values() for ok in cuts]
+    print(f"re-laid, both at once (peak within 5% and every OOM verdict agrees): {sum(met)}/{len(met)} "
+          f"({sum(met) / len(met):.0%}; the goal is 9 in 10)")
+    for what, key in (("config", 1), ("run", 0)):
+        tally: dict[str, list[bool]] = {}
+        for k, cuts in goal.items():
+            tally.setdefault(k[key] or "native", []).extend(cuts)
+        print(f"  by {what}: " + "; ".join(f"{n} {sum(v)}/{len(v)}" for n, v in tally.items()))
     return 0
 
 

@@ -203,9 +203,9 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
     print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}")
     if any(r.relaid for r in rows):
         print("\n".join(textwrap.wrap(
-            f"rows marked re-laid start from the {len(t.live_at_start)} live blocks at the first entry only, each "
-            "allocated again under the row's setting, so they compare with each other (--keep-start keeps the "
-            "run's segments instead)", 110, break_on_hyphens=False)))
+            f"rows marked re-laid start from the {len(t.live_at_start)} live blocks and the cached free memory at the "
+            "first entry, each allocated again under the row's setting (the cache then freed), so they compare with "
+            "each other (--keep-start keeps the run's segments instead)", 110, break_on_hyphens=False)))
     print()
     # re-laid rows sit under their own heading, named by their config alone (the label says it in JSON and text)
     names = [r.config if r.relaid else r.label for r in rows]
@@ -213,7 +213,7 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
     print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
     for k, (r, name) in enumerate(zip(rows, names, strict=True)):
         if r.relaid and not rows[k - 1].relaid:
-            print("re-laid from the live blocks at the first entry:")
+            print("re-laid from the live and cached blocks at the first entry:")
         fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
         print(_row((name, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
                     "-" if r.fits_on is None else format_size(r.fits_on)), widths))

@@ -16,12 +16,12 @@ starts from the state at the trace's first entry, rebuilt by minialloc.trace.sta
 recorded addresses, and runs the trace's operations (minialloc.trace.device_ops). Under the run's own settings
 every allocation should then land at its recorded address: check_trace counts them, which is what makes the
 what-if rows worth trusting. For a trace that starts mid-run, each what-if row (the recorded settings' too)
-starts from the live blocks at the first entry re-laid by its own policy (replay_trace's relaid), so the rows
-compare with each other; with relaid=False (`--keep-start`) a row starts from the run's segments as they were, as
-if its setting had been switched on at the first trace entry. bench/relaid_whatif.py measures how well re-laid
-rows predict a run made under their setting. Without a capacity the simulated GPU is unlimited and the rows
-compare peak reserved memory; with one (given, or read from an 'oom' entry: reserved then plus the driver's free
-bytes) they show who runs out of memory, and where.
+starts from the blocks at the first entry (live and cached) re-laid by its own policy (replay_trace's relaid,
+minialloc.relay), so the rows compare with each other; with relaid=False (`--keep-start`) a row starts from the
+run's segments as they were, as if its setting had been switched on at the first trace entry.
+bench/relaid_whatif.py measures how well re-laid rows predict a run made under their setting. Without a
+capacity the simulated GPU is unlimited and the rows compare peak reserved memory; with one (given, or read
+from an 'oom' entry: reserved then plus the driver's free bytes) they show who runs out of memory, and where.
 
 From a snapshot trace: 'alloc' entries allocate their requested size; a block is freed at 'free_completed'
 (when PyTorch could reuse it; 'free_requested' when the trace has no completion); an 'oom' entry is the request
@@ -40,6 +40,7 @@ from pathlib import Path
 from .allocator import CachingAllocator
 from .device import DeviceError, SimulatedGPU
 from .oom import OutOfMemoryError
+from .relay import relay_start
 from .sizes import PAGE_SIZE, readable_size
 from .trace import (
     EMPTY_CACHE,
@@ -133,7 +134,7 @@ class ReplayResult:
     left_out_live_blocks: int = 0
     left_out_live_bytes: int = 0
     notes: list[str] = field(default_factory=list)  # caveats on this row's figures, one sentence each
-    relaid: bool = False  # started from the live blocks at the first entry, re-laid under this row's config
+    relaid: bool = False  # started from the blocks at the first entry (live and cached), re-laid under this config
 
     @property
     def efficiency(self) -> float:
@@ -414,7 +415,7 @@ class CheckResult:
 def replay_trace(
     trace: DeviceTrace, config: str, capacity: int | None = None, *, label: str = "", at_recorded: bool = False,
     check: CheckResult | None = None, keep_samples: bool = False, until: int | None = None,
-    progress: bool = False, relaid: bool = False,
+    progress: bool = False, relaid: bool = False, cache: bool = True,
 ) -> tuple[ReplayResult, CachingAllocator]:
     """Replay a recorded device trace from its rebuilt start state (trace.start_segments) under `config`.
 
@@ -422,14 +423,15 @@ def replay_trace(
     allocator under the recorded settings can land every block at its recorded address; check collects that
     comparison. until: stop before the operation of that trace entry (the state a diagnosis looks at). An OOM is
     counted and the request skipped, as the recorded run's own 'oom' entries are; its later free is skipped too.
-    relaid: start from the LIVE blocks at the first entry only, each allocated again (in address order, on its
-    stream and in its pool) under `config`'s own policy, instead of the run's segments as they were: the start a
-    run under that config from its beginning would more nearly have had (relay_start).
+    relaid: start from the blocks at the first entry, each allocated again (in address order, on its stream and
+    in its pool) under `config`'s own policy and the cached ones freed again, instead of the run's segments as
+    they were: the start a run under that config from its beginning would more nearly have had
+    (minialloc.relay.relay_start; cache=False: the live blocks only).
     """
     check_capacity(capacity)
     if relaid:
         return _replay_relaid(trace, config, capacity, label=label, keep_samples=keep_samples, until=until,
-                              progress=progress)
+                              progress=progress, cache=cache)
     if capacity is not None and capacity < trace.reserved_at_start:
         raise StartStateDoesNotFit(
             f"device {trace.device} does not fit in {readable_size(capacity)}: "
@@ -465,33 +467,21 @@ def replay_trace(
 
 
 def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, label: str, keep_samples: bool,
-                   until: int | None, progress: bool) -> tuple[ReplayResult, CachingAllocator]:
+                   until: int | None, progress: bool, cache: bool = True) -> tuple[ReplayResult, CachingAllocator]:
     gpu = SimulatedGPU(capacity or unlimited_capacity(trace), index=trace.device)
     a = CachingAllocator(gpu, config)
     a.record_memory_history(enabled=False)
     result = ReplayResult(config=config or "native", label=label or f"{config or 'native'}, re-laid",
                           capacity=capacity)
-    live: dict[int, int] = {}
-    pools: dict[tuple[int, int], object] = {}
-    for seg in trace.start_segments:
-        pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
-        for b in seg["blocks"]:
-            if b["state"] != "active_allocated":
-                continue
-            try:
-                if pool_id != (0, 0):
-                    pool = pools.setdefault(pool_id, a.replay_pool(pool_id))  # type: ignore[arg-type]
-                    with a.use_mem_pool(pool):  # type: ignore[arg-type]
-                        live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
-                else:
-                    live[b["address"]] = a.malloc(b["requested_size"], seg["stream"])
-            except OutOfMemoryError as e:
-                result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
-                _failed(result, trace, 0, b["requested_size"], e, a)
-                stats = a.memory_stats()
-                result.peak_allocated = stats["allocated_bytes.all.peak"]
-                result.peak_reserved = stats["reserved_bytes.all.peak"]
-                return result, a
+    live, failure = relay_start(trace, a, cache=cache)
+    if failure is not None:
+        size, e = failure
+        result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
+        _failed(result, trace, 0, size, e, a)
+        stats = a.memory_stats()
+        result.peak_allocated = stats["allocated_bytes.all.peak"]
+        result.peak_reserved = stats["reserved_bytes.all.peak"]
+        return result, a
     return _run_ops(trace, a, gpu, result, live, keep_samples=keep_samples, until=until, progress=progress,
                     place=False)
 
@@ -682,8 +672,8 @@ def what_if_trace(
     """The run's own settings (first row, labelled as recorded: exact), then each config, on one capacity.
 
     relaid (default: when the trace starts mid-run): the configs' rows, the recorded one's first, start from
-    the live blocks at the first entry re-laid by each config's own policy (replay_trace's relaid), so they
-    compare with each other; otherwise each starts from the run's segments as they were, as if the setting had
+    the blocks at the first entry (live and cached) re-laid by each config's own policy (replay_trace's relaid),
+    so they compare with each other; otherwise each starts from the run's segments as they were, as if the setting had
     been switched on at the first entry."""
     check_capacity(capacity)
     check_configs(configs)
@@ -766,10 +756,10 @@ def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserve
                 f"with {_name(best, recorded)}")
     own = next((r for r in results if r.relaid and r.config == recorded.config), None)
     if own is not None and not own.failed:
-        # re-laid, the run's own settings fit too: the failure came from how memory was laid out before the
-        # trace began, which a re-laid start does not have
+        # re-laid, the run's own settings fit too: the failure came from where the blocks sat before the trace
+        # began, which a re-laid start (the same blocks, placed again in address order) does not reproduce
         others = [r.label for r in saved if r is not own]
-        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the live blocks "
+        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the blocks "
                 f"at the first trace entry are re-laid ({', '.join(others) or 'no other setting'} too): the OOM "
                 "comes from how memory was laid out before the trace began; record from earlier in the run to see "
                 "which setting avoids it")

@@ -322,8 +322,9 @@ def test_expandable_reservations_first_mapped_inside_the_trace_are_placed_where_
 
 
 def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_blocks(tmp_path, capsys):
-    """Issue 24: the what-if for a trace switched on mid-run. Each config's re-laid row starts from the live
-    blocks at the first entry only (same sizes, streams), placed by that config's policy."""
+    """Issue 24: the what-if for a trace switched on mid-run. Each config's re-laid row starts from the blocks
+    at the first entry (live ones at their requested size, cached free ones at theirs, same streams), placed by
+    that config's policy, and the cached ones freed again."""
     from minialloc import CachingAllocator, MiB, SimulatedGPU
     from minialloc.replay import replay_trace, what_if_trace
     from minialloc.trace import read_device_trace
@@ -340,16 +341,48 @@ def test_a_trace_that_starts_mid_run_gets_re_laid_rows_that_start_from_its_live_
     rows = what_if_trace(trace, "", ["expandable_segments:True"], fit=False)
     assert [r.label for r in rows] == ["as recorded (native)", "native, re-laid", "expandable_segments:True, re-laid"]
     assert [r.relaid for r in rows] == [False, True, True]
-    # re-laid, the live blocks (30 and 7 MiB; the holes were free) need less than the run's segments held
-    assert rows[1].peak_reserved < rows[0].peak_reserved == trace.recorded_peak_reserved
+    # re-laid under the recorded settings, the blocks fill the run's own segments again: the row is the run's
+    assert rows[1].peak_reserved == rows[0].peak_reserved == trace.recorded_peak_reserved
     _, relaid = replay_trace(trace, "", relaid=True, until=trace.ops[0][1])
     assert relaid.memory_allocated() == sum(b["size"] for s in trace.start_segments for b in s["blocks"]
                                             if b["state"] == "active_allocated")
+    assert relaid.memory_reserved() == trace.reserved_at_start  # the holes stay cached, as the run kept them
+    # the live blocks alone (30 and 7 MiB) would need less than the run's segments held: the cache is the peak
+    _, live_only = replay_trace(trace, "", relaid=True, until=trace.ops[0][1], cache=False)
+    assert live_only.memory_reserved() < trace.reserved_at_start
     assert what_if_trace(trace, "", ["expandable_segments:True"], fit=False, relaid=False)[1].label == \
         "expandable_segments:True"
     path = tmp_path / "mid.pickle"
     path.write_bytes(pickle.dumps(snap))
     assert main(["replay", str(path), "--no-fit"]) == 0
     out = capsys.readouterr().out
-    assert "re-laid from the live blocks at the first entry:" in out and "rows marked re-laid start from the 2" in out
+    assert "re-laid from the live and cached blocks at the first entry:" in out
+    assert "rows marked re-laid start from the 2 live blocks and the cached free memory" in out
     assert later
+
+
+def test_the_re_laid_start_re_expresses_the_cache_under_each_config():
+    """Issue 24: a 600 MiB segment the run split for a 300 MiB block (the rest cached). Re-laid, the recorded
+    settings rebuild it as it was; max_split_size_mb:256 keeps the 600 MiB request's oversize block whole, so
+    the 300 MiB block needs a segment of its own and the remnant of the split never exists; the live bytes are
+    the same under each, and a peak counts from the first entry on."""
+    from minialloc import CachingAllocator, MiB, SimulatedGPU
+    from minialloc.replay import replay_trace
+    from minialloc.trace import read_device_trace
+
+    a = CachingAllocator(SimulatedGPU("4GiB"), "")
+    a.free(a.malloc(600 * MiB))
+    held = [a.malloc(300 * MiB), a.malloc(4096)]
+    a.record_memory_history()
+    a.malloc(50 * MiB)
+    a.free(held[0])
+    trace = read_device_trace(a.snapshot(), 0)
+    assert trace.reserved_at_start == 602 * MiB
+    segments = {}
+    for conf in ("", "expandable_segments:True", "max_split_size_mb:256"):
+        _, start = replay_trace(trace, conf, relaid=True, until=trace.ops[0][1])
+        assert start.memory_allocated() == 300 * MiB + 4096
+        assert start.memory_stats()["reserved_bytes.all.peak"] == start.memory_reserved()
+        segments[conf] = sorted(s["total_size"] // MiB for s in start.snapshot()["segments"])
+    assert segments[""] == segments["expandable_segments:True"] == [2, 600]
+    assert segments["max_split_size_mb:256"] == [2, 300, 600]
