@@ -507,15 +507,20 @@ VISIBLE_CATCHES = (
 
 
 def run_visible_tests(nb: nbformat.NotebookNode, upto: str) -> None:
-    """Run the notebook's code cells in one namespace, hidden tests dropped, up to and including cell `upto`."""
+    """Run the notebook's code cells in one namespace, hidden tests dropped, up to and including cell `upto`.
+    The lab's setup cell sets minialloc's language (minialloc.lang.set_lang): it is put back afterwards, so the
+    tests that run later in this process speak as before."""
+    import minialloc.lang
+
     namespace: dict = {"__name__": "__main__"}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        visible = BLOCK.sub(lambda m: m.group(0) if m.group(1) == "SOLUTION" else "", cell.source)
-        exec(compile(visible, f"cell {nbgrader_meta(cell).get('grade_id', '')}", "exec"), namespace)
-        if nbgrader_meta(cell).get("grade_id") == upto:
-            return
+    with minialloc.lang.using(minialloc.lang.get_lang()):
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            visible = BLOCK.sub(lambda m: m.group(0) if m.group(1) == "SOLUTION" else "", cell.source)
+            exec(compile(visible, f"cell {nbgrader_meta(cell).get('grade_id', '')}", "exec"), namespace)
+            if nbgrader_meta(cell).get("grade_id") == upto:
+                return
     raise AssertionError(f"no cell {upto}")
 
 
