@@ -659,3 +659,31 @@ def test_the_translated_labs_speak_their_language_to_minialloc(lab: str):
         table = ast.literal_eval(setup.source.split("MESSAGES: dict[str, str] = ", 1)[1])
         used = {key for c in nb.cells if c.cell_type == "code" for key in re.findall(r'MESSAGES\["(\w+)"\]', c.source)}
         assert used and used <= set(table), f"{lab}{lang}: no message for {sorted(used - set(table))}"
+
+
+def test_a_chapters_lab_link_points_at_the_lab_in_its_language(tmp_path: Path):
+    from course_i18n.tool import lab_link
+
+    course = tmp_path / "course"
+    course.mkdir()
+    for folder in ("lab9_count", "lab9_count_vi"):
+        (tmp_path / "labs" / "student" / folder).mkdir(parents=True)
+        (tmp_path / "labs" / "student" / folder / f"{folder}.ipynb").write_text("{}", encoding="utf-8")
+    link = "../labs/student/lab9_count/lab9_count.ipynb"
+    assert lab_link(link, "vi", course) == "../labs/student/lab9_count_vi/lab9_count_vi.ipynb"
+    assert lab_link(link + "#task-1", "vi", course) == "../labs/student/lab9_count_vi/lab9_count_vi.ipynb#task-1"
+    assert lab_link(link, "de", course) == link  # no German lab: the English one
+    assert lab_link("02_more.ipynb", "vi", course) == "02_more.ipynb"
+
+
+def test_the_translated_chapters_link_their_own_labs():
+    """Every link from a translated chapter to a lab opens the lab in the chapter's language, and the file is there."""
+    for lang in ("vi", "de"):
+        links = []
+        for path in sorted((ROOT / "course" / lang).glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    links += [(path, t) for t in re.findall(r"\]\(([^)\s]+)", cell.source) if "labs/" in t]
+        assert links, lang
+        for path, target in links:
+            assert f"_{lang}/" in target and (path.parent / target.split("#")[0]).is_file(), (path.name, target)
