@@ -163,10 +163,6 @@ def relink(source: str, fix: Callable[[str], str]) -> str:
     return _LINK.sub(sub, source)
 
 
-def relocate_markdown(source: str, siblings: set[str]) -> str:
-    return relink(source, lambda target: relocate(target, siblings))
-
-
 def relocate_code(source: str) -> str:
     """String constants naming the course's data folder ("data/..."), seen from course/<lang>/: "../data/..."."""
     try:
