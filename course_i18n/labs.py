@@ -17,6 +17,7 @@ has that translation. The glossary of each language (``course/locale/<lang>/glos
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import nbformat
 
 from . import catalog as cat
-from .segments import Unit, cell_units, code_shape
+from .segments import Unit, _char_col, _line_offsets, _mask_magics, cell_units, code_shape
 from .tool import LANGS, Layout, cell_entries, read_notebook, relink, translate_cell, translations
 
 _BLOCK = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n.*?^[ \t]*### END \1[ \t]*$", re.S | re.M)
@@ -47,6 +48,44 @@ def lab_units(cell: nbformat.NotebookNode) -> list[Unit]:
         blocks = [(m.start(), m.end()) for m in _BLOCK.finditer(cell.source)]
         units = [u for u in units if not any(start < u.end and u.start < end for start, end in blocks)]
     return units
+
+
+def _set_lang_literals(source: str) -> list[tuple[int, int, str]]:
+    """(start, end, language) of the string literal of every ``set_lang("<language>")`` call in ``source``."""
+    try:
+        tree = ast.parse(_mask_magics(source))
+    except SyntaxError:
+        return []
+    lines = source.splitlines(keepends=True)
+    at = _line_offsets(lines)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        arg = node.args[0]
+        if name == "set_lang" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            start = at[arg.lineno - 1] + _char_col(lines[arg.lineno - 1], arg.col_offset)
+            end = at[arg.end_lineno - 1] + _char_col(lines[arg.end_lineno - 1], arg.end_col_offset)
+            found.append((start, end, arg.value))
+    return found
+
+
+def select_language(source: str, lang: str) -> str:
+    """``source`` with every ``set_lang("...")`` call of minialloc.lang choosing ``lang``."""
+    for start, end, _ in sorted(_set_lang_literals(source), reverse=True):
+        source = f'{source[:start]}"{lang}"{source[end:]}'
+    return source
+
+
+def lab_language(nb: nbformat.NotebookNode) -> str | None:
+    """The language a lab's ungraded code cells give minialloc (``set_lang``): the last call's, None without one."""
+    chosen = None
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not nbgrader_meta(cell).get("grade"):
+            for _, _, lang in _set_lang_literals(cell.source):
+                chosen = lang
+    return chosen
 
 
 def lab_entries(nb: nbformat.NotebookNode) -> list[cat.Entry]:
@@ -140,12 +179,12 @@ class LabLayout(Layout):
         missing = 0
         for cell in nb.cells:
             units, keyed = cell_entries(cell, lab_units(cell))
-            if not units:
-                continue
             source, left = translate_cell(cell, units, keyed, done)
             missing += left
             if cell.cell_type == "markdown":
                 source = relink(source, lambda target: self.chapter_link(target, lang))
+            elif not nbgrader_meta(cell).get("grade"):
+                source = select_language(source, lang)
             cell.source = source
         problems = grading_problems(english, nb)
         if problems:

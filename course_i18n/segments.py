@@ -13,6 +13,9 @@ Code cells: only what is written for the learner.
 - String literals (plain or f-strings; implicit concatenation is one unit) that are positional arguments of
   ``print``, the explanation of ``learn.reveal`` (4th argument, or ``why=``), the keyword arguments ``title``,
   ``xlabel``, ``ylabel``, ``caption``, ``hint``, ``why``, and docstrings (a learner reads an exercise's).
+- The values of a message table, a dict literal assigned to the name ``MESSAGES`` (a lab's setup cell holds one,
+  so that its graded test cells, identical in every language, say ``MESSAGES["key"].format(...)`` in the lab's
+  language); its keys stay as written.
 - Explicit markers: a string literal on a line ending with the comment ``# i18n`` is translated whatever it is
   passed to; a line ending with ``# i18n: off`` keeps its strings and comment in English.
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 
 WIDTH = 116  # the course's notebooks wrap prose and code at about this width
 LEARNER_KEYWORDS = frozenset({"title", "xlabel", "ylabel", "caption", "hint", "why"})
+MESSAGE_TABLE = "MESSAGES"  # a dict literal bound to this name: its values are learner-facing (see the module doc)
 _PRAGMA = re.compile(r"^\s*(noqa\b|type:|pragma\b|fmt:|pylint:|i18n\b)", re.I)
 _NBGRADER = re.compile(r"^#+\s*(BEGIN|END) (SOLUTION|HIDDEN TESTS)")
 _MARK_ON = re.compile(r"#\s*i18n\s*$")
@@ -394,6 +398,11 @@ def _learner_strings(tree: ast.AST, marked_on: set[int]) -> dict[int, tuple[ast.
             for kw in node.keywords:
                 if kw.arg in LEARNER_KEYWORDS:
                     take(kw.value, f"code string ({kw.arg}=)")
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == MESSAGE_TABLE for t in targets):
+                for value in node.value.values:
+                    take(value, "code string (MESSAGES)")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \

@@ -139,6 +139,20 @@ def relocate(target: str, siblings: set[str]) -> str:
     return "../" + target
 
 
+_LAB_LINK = re.compile(r"^((?:\.\./)*labs/(?:student|source)/)([^/#?]+)/\2\.ipynb(#.*)?$")
+
+
+def lab_link(target: str, lang: str, course: Path) -> str:
+    """A chapter's link to a lab (``../labs/student/<lab>/<lab>.ipynb``, or ``labs/source/``), made to point at the
+    lab in ``lang`` (``<lab>_<lang>``) when that lab exists; ``course`` is the folder of the English chapter."""
+    m = _LAB_LINK.match(target)
+    if m:
+        translated = f"{m.group(1)}{m.group(2)}_{lang}/{m.group(2)}_{lang}.ipynb"
+        if (course / translated).is_file():
+            return translated + (m.group(3) or "")
+    return target
+
+
 def relink(source: str, fix: Callable[[str], str]) -> str:
     """Markdown ``source`` with every link target (``](...)``, ``src=``/``href=``) replaced by ``fix(target)``."""
     def sub(m: re.Match[str]) -> str:
@@ -147,10 +161,6 @@ def relink(source: str, fix: Callable[[str], str]) -> str:
         return m.group(4) + fix(m.group(5)) + m.group(6)
 
     return _LINK.sub(sub, source)
-
-
-def relocate_markdown(source: str, siblings: set[str]) -> str:
-    return relink(source, lambda target: relocate(target, siblings))
 
 
 def relocate_code(source: str) -> str:
@@ -196,8 +206,8 @@ def build_notebook(english: Path, catalog: cat.Catalog, lang: str, siblings: set
         units, keyed = cell_entries(cell)
         source, left = translate_cell(cell, units, keyed, done)
         missing += left
-        if cell.cell_type == "markdown":
-            source = relocate_markdown(source, siblings)
+        if cell.cell_type == "markdown":  # a lab in the chapter's language, then every link seen from course/<lang>/
+            source = relink(source, lambda target: relocate(lab_link(target, lang, english.parent), siblings))
         elif cell.cell_type == "code":
             if units and code_shape(source) != code_shape(cell.source):
                 raise ValueError(f"{english.name}: cell {cell.get('id')}: a translation changed the code's shape")

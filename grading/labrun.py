@@ -31,8 +31,9 @@ from .sandbox import Policy
 
 DRIVER = Path(__file__).with_name("labdriver.py")
 MINIALLOC = Path(importlib.util.find_spec("minialloc").submodule_search_locations[0])  # the grader's own copy
-# The files of minialloc an answer may use at grading: the simulated GPU and what it imports, sizes, workloads.
-GRADING_FILES = ("sizes.py", "device.py", "workloads.py", "devices/__init__.py", "devices/base.py",
+# The files of minialloc an answer may use at grading: the simulated GPU and what it imports, sizes, workloads,
+# and the language setting (a translated lab's setup cell calls minialloc.lang.set_lang).
+GRADING_FILES = ("sizes.py", "device.py", "workloads.py", "lang.py", "devices/__init__.py", "devices/base.py",
                  "devices/simulated.py", "devices/data.py", "devices/cuda.py", "kernels/__init__.py",
                  "kernels/reference.py")
 GRADING_INIT = '''\

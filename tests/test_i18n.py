@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -592,3 +593,101 @@ def test_the_real_labs_pass_the_check():
     for code in ("vi", "de"):  # every lab has a catalog, finished or a draft (which the check ignores)
         have = {p.stem for folder in (drafts.locale, layout.locale) for p in (folder / code).glob("*.po")}
         assert have >= {p.stem for p in layout.english()}, code
+
+
+LAB_MESSAGES_SETUP = '''import minialloc.lang
+
+# the lab's language
+minialloc.lang.set_lang("en")
+MESSAGES: dict[str, str] = {
+    "too_few": "only {n} blocks: one more",
+}
+'''
+LAB_MESSAGES_TESTS = '''assert count(1) == 2, MESSAGES["too_few"].format(n=count(1))
+### BEGIN HIDDEN TESTS
+assert count(2) == 3
+### END HIDDEN TESTS
+'''
+
+
+def test_a_labs_message_table_is_translated_and_its_language_selected(course: Layout):
+    """A lab's graded cells say MESSAGES["key"]: the table's values (not its keys) are units of the setup cell,
+    the build puts their translation there and makes the setup's set_lang("en") choose the lab's language, and the
+    graded cell stays the English one byte for byte."""
+    from course_i18n.labs import LabLayout, grading_problems, lab_language
+
+    root = course.course.parent / "labs"
+    cells = [_nbgrader(nbformat.v4.new_code_cell(LAB_MESSAGES_SETUP), "setup", locked=True),
+             _nbgrader(nbformat.v4.new_code_cell(LAB_ANSWER), "task1_count", solution=True),
+             _nbgrader(nbformat.v4.new_code_cell(LAB_MESSAGES_TESTS), "task1_count_tests", grade=True, locked=True,
+                       points=3)]
+    (root / "source" / "lab8_messages").mkdir(parents=True)
+    nbformat.write(_notebook(cells), root / "source" / "lab8_messages" / "lab8_messages.ipynb")
+    layout = LabLayout.for_labs(root, None, course.course)
+    extract(layout, ["lab8_messages"], ["vi"])
+    kinds = {m.id: m.auto_comments for m in cat.messages(cat.read(layout.catalog_path("vi", "lab8_messages")))}
+    assert kinds["only {n} blocks: one more"] == ["code string (MESSAGES)"]
+    assert "too_few" not in kinds and "en" not in kinds  # keys and the language code are code, not text
+    _translate(layout, {"only {n} blocks: one more": "chỉ có {n} khối: thiếu một", "the lab's language": "ngôn ngữ"},
+               "lab8_messages")
+    assert build(layout, ["vi"])
+    english = nbformat.read(layout.source("lab8_messages"), as_version=4)
+    built = nbformat.read(layout.built("vi", "lab8_messages"), as_version=4)
+    assert grading_problems(english, built) == []
+    assert built.cells[2].source == english.cells[2].source
+    assert '"too_few": "chỉ có {n} khối: thiếu một",' in built.cells[0].source
+    assert 'minialloc.lang.set_lang("vi")' in built.cells[0].source
+    assert (lab_language(english), lab_language(built)) == ("en", "vi")
+    namespace: dict = {}
+    exec(built.cells[0].source.replace("minialloc.lang.set_lang", "print"), namespace)
+    assert namespace["MESSAGES"]["too_few"].format(n=1) == "chỉ có 1 khối: thiếu một"
+    # a translation that drops a field is refused by the check
+    _translate(layout, {"only {n} blocks: one more": "thiếu một khối"}, "lab8_messages")
+    assert any("replacement fields differ" in p for p in check(layout).problems)
+
+
+@pytest.mark.parametrize("lab", ["lab1_best_fit", "lab2_fragmentation_oom", "lab4_block_table_cow"])
+def test_the_translated_labs_speak_their_language_to_minialloc(lab: str):
+    """Each translated lab's setup cell sets minialloc's language to the lab's, as a translated chapter does, and
+    every MESSAGES key a graded cell reads is in the table, with no English sentence left in it (the English table
+has some: the scan finds them). Lab 3 follows once its own rework lands."""
+    from course_i18n.english_scan import english_sentences
+    from course_i18n.labs import lab_language
+
+    for lang in ("", "_vi", "_de"):
+        nb = nbformat.read(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb", as_version=4)
+        assert lab_language(nb) == (lang[1:] or "en"), f"{lab}{lang}"
+        setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+        table = ast.literal_eval(setup.source.split("MESSAGES: dict[str, str] = ", 1)[1])
+        used = {key for c in nb.cells if c.cell_type == "code" for key in re.findall(r'MESSAGES\["(\w+)"\]', c.source)}
+        assert used and used <= set(table), f"{lab}{lang}: no message for {sorted(used - set(table))}"
+        english = [s for text in table.values() for s in english_sentences(text)]
+        assert bool(english) == (not lang), f"{lab}{lang}: English left in its messages: {english}"
+
+
+def test_a_chapters_lab_link_points_at_the_lab_in_its_language(tmp_path: Path):
+    from course_i18n.tool import lab_link
+
+    course = tmp_path / "course"
+    course.mkdir()
+    for folder in ("lab9_count", "lab9_count_vi"):
+        (tmp_path / "labs" / "student" / folder).mkdir(parents=True)
+        (tmp_path / "labs" / "student" / folder / f"{folder}.ipynb").write_text("{}", encoding="utf-8")
+    link = "../labs/student/lab9_count/lab9_count.ipynb"
+    assert lab_link(link, "vi", course) == "../labs/student/lab9_count_vi/lab9_count_vi.ipynb"
+    assert lab_link(link + "#task-1", "vi", course) == "../labs/student/lab9_count_vi/lab9_count_vi.ipynb#task-1"
+    assert lab_link(link, "de", course) == link  # no German lab: the English one
+    assert lab_link("02_more.ipynb", "vi", course) == "02_more.ipynb"
+
+
+def test_the_translated_chapters_link_their_own_labs():
+    """Every link from a translated chapter to a lab opens the lab in the chapter's language, and the file is there."""
+    for lang in ("vi", "de"):
+        links = []
+        for path in sorted((ROOT / "course" / lang).glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    links += [(path, t) for t in re.findall(r"\]\(([^)\s]+)", cell.source) if "labs/" in t]
+        assert links, lang
+        for path, target in links:
+            assert f"_{lang}/" in target and (path.parent / target.split("#")[0]).is_file(), (path.name, target)

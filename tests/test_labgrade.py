@@ -101,6 +101,17 @@ def test_the_grading_copy_withholds_the_implementation(tmp_path: Path):
     assert (folder / "minialloc" / "allocator.py").read_text() == STUB_MODULE.format(dots=".")
 
 
+def test_the_grading_copy_lets_a_translated_lab_choose_its_language(tmp_path: Path):
+    """A translated lab's setup cell calls minialloc.lang.set_lang: the grading copy has the real module (it holds
+    no implementation), so the lab's locked cells run there as in the student's kernel."""
+    folder = grading_package(tmp_path)
+    code = ("import minialloc.lang\nfrom minialloc import GiB, format_size\nminialloc.lang.set_lang('vi')\n"
+            "print(minialloc.lang.get_lang(), format_size(3 * GiB))\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(folder)!r})\n" + code],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["vi", "3.00", "GiB"]
+
 def test_the_solution_passes_and_wrong_answers_fail_where_they_are_wrong():
     rng = random.Random(7)
     assert set(verdicts(lab1_steps(rng)).values()) == {None}

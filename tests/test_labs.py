@@ -507,15 +507,20 @@ VISIBLE_CATCHES = (
 
 
 def run_visible_tests(nb: nbformat.NotebookNode, upto: str) -> None:
-    """Run the notebook's code cells in one namespace, hidden tests dropped, up to and including cell `upto`."""
+    """Run the notebook's code cells in one namespace, hidden tests dropped, up to and including cell `upto`.
+    The lab's setup cell sets minialloc's language (minialloc.lang.set_lang): it is put back afterwards, so the
+    tests that run later in this process speak as before."""
+    import minialloc.lang
+
     namespace: dict = {"__name__": "__main__"}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        visible = BLOCK.sub(lambda m: m.group(0) if m.group(1) == "SOLUTION" else "", cell.source)
-        exec(compile(visible, f"cell {nbgrader_meta(cell).get('grade_id', '')}", "exec"), namespace)
-        if nbgrader_meta(cell).get("grade_id") == upto:
-            return
+    with minialloc.lang.using(minialloc.lang.get_lang()):
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            visible = BLOCK.sub(lambda m: m.group(0) if m.group(1) == "SOLUTION" else "", cell.source)
+            exec(compile(visible, f"cell {nbgrader_meta(cell).get('grade_id', '')}", "exec"), namespace)
+            if nbgrader_meta(cell).get("grade_id") == upto:
+                return
     raise AssertionError(f"no cell {upto}")
 
 
@@ -527,3 +532,34 @@ def test_visible_tests_catch_the_mistake(wrong: Wrong):
     run_visible_tests(source, cell)
     with pytest.raises(Exception, match=re.escape(wrong.message)):
         run_visible_tests(wrong.submission(source), cell)
+
+
+# The same mistakes in the translated labs: the visible tests, byte-identical to the English ones, say so in the
+# lab's language (their words come from the setup cell's MESSAGES table)
+NO_FRAGMENTATION = next(w for w in WRONG if w.student == "no_fragmentation")
+RETRY_NEVER_FAILS = Wrong("lab1_best_fit", "retry_never_fails", "task4_retry", ("task4_retry_tests",),
+                          "            return super().malloc(size)  # a second refusal is the out-of-memory error\n",
+                          "            try:\n                return super().malloc(size)\n"
+                          "            except DeviceOutOfMemory:\n                return 0\n")
+TRANSLATED_CATCHES = (
+    (VISIBLE_CATCHES[0], "task2_tried_tests", "vi", "hãy làm tròn yêu cầu lên bội số của 512 byte trước"),
+    (VISIBLE_CATCHES[0], "task2_tried_tests", "de", "runden Sie die Anforderung zuerst auf ein Vielfaches von 512"),
+    (NO_FRAGMENTATION, "task1_trace_tests", "vi", "mọi sự kiện đều thành công: sự kiện cuối cùng phải thất bại"),
+    (NO_FRAGMENTATION, "task1_trace_tests", "de", "jedes Ereignis war erfolgreich: das letzte muss scheitern"),
+    (RETRY_NEVER_FAILS, "task4_retry_tests", "vi", "malloc(8 MiB) lẽ ra phải báo MemoryError: chỉ còn 4 MiB"),
+    (RETRY_NEVER_FAILS, "task4_retry_tests", "de", "malloc(8 MiB) hätte MemoryError auslösen müssen"),
+)
+
+
+@pytest.mark.parametrize("wrong, cell, lang, message", TRANSLATED_CATCHES,
+                         ids=[f"{w.lab}_{lang}-{w.student}" for w, _, lang, _ in TRANSLATED_CATCHES])
+def test_visible_tests_catch_the_mistake_in_the_labs_language(wrong: Wrong, cell: str, lang: str, message: str):
+    from course_i18n.english_scan import english_sentences
+
+    lab = f"{wrong.lab}_{lang}"
+    source = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4)
+    run_visible_tests(source, cell)
+    with pytest.raises(AssertionError) as caught:
+        run_visible_tests(wrong.submission(source), cell)
+    said = str(caught.value)
+    assert message in said and english_sentences(said) == [], said
