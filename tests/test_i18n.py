@@ -592,3 +592,51 @@ def test_the_real_labs_pass_the_check():
     for code in ("vi", "de"):  # every lab has a catalog, finished or a draft (which the check ignores)
         have = {p.stem for folder in (drafts.locale, layout.locale) for p in (folder / code).glob("*.po")}
         assert have >= {p.stem for p in layout.english()}, code
+
+
+# --- A lab's MESSAGES table: what its visible tests say, translated in the locked setup cell -------------------------
+
+def _lab_messages(path: Path) -> dict[str, str]:
+    """The MESSAGES table of a lab's setup cell ({} when the lab has none)."""
+    nb = nbformat.read(path, as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    for node in ast.parse(setup.source).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "MESSAGES":
+            return ast.literal_eval(node.value)
+    return {}
+
+
+LABS_WITH_MESSAGES = sorted(p.name for p in (ROOT / "labs" / "source").iterdir()
+                            if not p.name.endswith(("_vi", "_de")) and (p / f"{p.name}.ipynb").is_file()
+                            and _lab_messages(p / f"{p.name}.ipynb"))
+
+
+def test_lab_3_has_a_messages_table():
+    assert "lab3_page_mapping" in LABS_WITH_MESSAGES
+
+
+@pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
+def test_a_labs_messages_are_units_and_their_keys_are_not(lab: str):
+    """Each message (marked `# i18n` on its own line, under its key) is one unit for the translator; no key is."""
+    from course_i18n.labs import lab_units
+
+    english = _lab_messages(ROOT / "labs" / "source" / lab / f"{lab}.ipynb")
+    nb = nbformat.read(ROOT / "labs" / "source" / lab / f"{lab}.ipynb", as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    texts = {u.text for u in lab_units(setup)}
+    assert set(english.values()) <= texts, set(english.values()) - texts
+    assert not set(english) & texts
+
+
+@pytest.mark.parametrize("lang", ["vi", "de"])
+@pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
+def test_a_labs_messages_are_translated_with_their_fields(lab: str, lang: str):
+    import re
+
+    english = _lab_messages(ROOT / "labs" / "source" / lab / f"{lab}.ipynb")
+    built = _lab_messages(ROOT / "labs" / "source" / f"{lab}_{lang}" / f"{lab}_{lang}.ipynb")
+    assert built.keys() == english.keys()
+    for key, text in english.items():
+        assert built[key] != text, (lang, key, "not translated")
+        fields = sorted(re.findall(r"\{(\w*)\}", text))
+        assert sorted(re.findall(r"\{(\w*)\}", built[key])) == fields, (lang, key, built[key])
