@@ -646,19 +646,18 @@ def test_a_labs_message_table_is_translated_and_its_language_selected(course: La
     assert any("replacement fields differ" in p for p in check(layout).problems)
 
 
-@pytest.mark.parametrize("lab", ["lab1_best_fit", "lab2_fragmentation_oom", "lab4_block_table_cow"])
+@pytest.mark.parametrize("lab", ["lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow"])
 def test_the_translated_labs_speak_their_language_to_minialloc(lab: str):
     """Each translated lab's setup cell sets minialloc's language to the lab's, as a translated chapter does, and
     every MESSAGES key a graded cell reads is in the table, with no English sentence left in it (the English table
-has some: the scan finds them). Lab 3 follows once its own rework lands."""
+has some: the scan finds them)."""
     from course_i18n.english_scan import english_sentences
     from course_i18n.labs import lab_language
 
     for lang in ("", "_vi", "_de"):
         nb = nbformat.read(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb", as_version=4)
         assert lab_language(nb) == (lang[1:] or "en"), f"{lab}{lang}"
-        setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
-        table = ast.literal_eval(setup.source.split("MESSAGES: dict[str, str] = ", 1)[1])
+        table = _lab_messages(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb")
         used = {key for c in nb.cells if c.cell_type == "code" for key in re.findall(r'MESSAGES\["(\w+)"\]', c.source)}
         assert used and used <= set(table), f"{lab}{lang}: no message for {sorted(used - set(table))}"
         english = [s for text in table.values() for s in english_sentences(text)]
@@ -691,3 +690,51 @@ def test_the_translated_chapters_link_their_own_labs():
         assert links, lang
         for path, target in links:
             assert f"_{lang}/" in target and (path.parent / target.split("#")[0]).is_file(), (path.name, target)
+
+
+# --- A lab's MESSAGES table: what its visible tests say, translated in the locked setup cell -------------------------
+
+def _lab_messages(path: Path) -> dict[str, str]:
+    """The MESSAGES table of a lab's setup cell ({} when the lab has none)."""
+    nb = nbformat.read(path, as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    for node in ast.parse(setup.source).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "MESSAGES":
+            return ast.literal_eval(node.value)
+    return {}
+
+
+LABS_WITH_MESSAGES = sorted(p.name for p in (ROOT / "labs" / "source").iterdir()
+                            if not p.name.endswith(("_vi", "_de")) and (p / f"{p.name}.ipynb").is_file()
+                            and _lab_messages(p / f"{p.name}.ipynb"))
+
+
+def test_lab_3_has_a_messages_table():
+    assert "lab3_page_mapping" in LABS_WITH_MESSAGES
+
+
+@pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
+def test_a_labs_messages_are_units_and_their_keys_are_not(lab: str):
+    """Each message (marked `# i18n` on its own line, under its key) is one unit for the translator; no key is."""
+    from course_i18n.labs import lab_units
+
+    english = _lab_messages(ROOT / "labs" / "source" / lab / f"{lab}.ipynb")
+    nb = nbformat.read(ROOT / "labs" / "source" / lab / f"{lab}.ipynb", as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    texts = {u.text for u in lab_units(setup)}
+    assert set(english.values()) <= texts, set(english.values()) - texts
+    assert not set(english) & texts
+
+
+@pytest.mark.parametrize("lang", ["vi", "de"])
+@pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
+def test_a_labs_messages_are_translated_with_their_fields(lab: str, lang: str):
+    import re
+
+    english = _lab_messages(ROOT / "labs" / "source" / lab / f"{lab}.ipynb")
+    built = _lab_messages(ROOT / "labs" / "source" / f"{lab}_{lang}" / f"{lab}_{lang}.ipynb")
+    assert built.keys() == english.keys()
+    for key, text in english.items():
+        assert built[key] != text, (lang, key, "not translated")
+        fields = sorted(re.findall(r"\{(\w*)\}", text))
+        assert sorted(re.findall(r"\{(\w*)\}", built[key])) == fields, (lang, key, built[key])

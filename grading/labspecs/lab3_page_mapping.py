@@ -1,9 +1,11 @@
-"""Lab 3 (pages to map and unmap, one contiguous range, an expandable segment), scored in the grader's process.
+"""Lab 3 (what a trace costs in pages and driver calls, one contiguous range, an expandable segment), scored in the
+grader's process.
 
-Page indices are compared with a brute force over the pages; the contiguous range with what the simulator's page
-table must hold; the expandable segment, step by step, with minialloc's ExpandableSegment on a device of the same
-size (what each call returned, the pages mapped, the device's free memory, the handles kept, access). The cases are
-the lab's visible and hidden ones, and random ones whose seeds are drawn at grading time. The probes are
+The costs of a trace are compared, step by step, with what a counting device saw when minialloc's allocator (with
+expandable segments) played the trace's requests; the contiguous range with what the simulator's page table must
+hold; the expandable segment, step by step, with minialloc's ExpandableSegment on a device of the same size (what
+each call returned, the pages mapped, the device's free memory, the handles kept, access). The cases are the lab's
+visible and hidden ones, and random ones whose seeds are drawn at grading time. The probes are
 lab3_page_mapping_probes.py.
 """
 
@@ -11,22 +13,98 @@ from __future__ import annotations
 
 import random
 
-from minialloc import MiB, SimulatedGPU
+from minialloc import CachingAllocator, MiB, SimulatedGPU
 from minialloc.expandable import ExpandableSegment
 
 from .probe_common import plain, raised, shown
 
 PAGE = 2 * MiB
-BASE = 0x7E00_0000_0000
-GRADED = ("task1_pages_tests", "task2_contiguous_tests", "task3_map_tests", "task3_unmap_tests",
+GRADED = ("task1_costs_tests", "task2_contiguous_tests", "task3_map_tests", "task3_unmap_tests",
           "task3_random_tests")
 
 
-def brute_force(ps: int, ptr: int, size: int) -> tuple[list[int], list[int]]:
-    """The pages [ptr, ptr + size) touches and those wholly inside it, over 48 pages (the lab's hidden tests)."""
-    touch = [i for i in range(48) if BASE + i * ps < ptr + size and ptr < BASE + (i + 1) * ps]
-    inside = [i for i in range(48) if ptr <= BASE + i * ps and BASE + (i + 1) * ps <= ptr + size]
-    return touch, inside
+class CountingGPU(SimulatedGPU):
+    """A simulated GPU that counts the driver calls behind pages (the lab's CountingGPU)."""
+
+    def __init__(self, capacity: str) -> None:
+        super().__init__(capacity)
+        self.calls = 0
+
+    def mem_create(self, size: int) -> int:
+        self.calls += 1
+        return super().mem_create(size)
+
+    def mem_map(self, va: int, size: int, offset: int, handle: int) -> None:
+        self.calls += 1
+        super().mem_map(va, size, offset, handle)
+
+    def mem_set_access(self, va: int, size: int) -> None:
+        self.calls += 1
+        super().mem_set_access(va, size)
+
+    def mem_unmap(self, va: int, size: int) -> None:
+        self.calls += 1
+        super().mem_unmap(va, size)
+
+    def mem_release(self, handle: int) -> None:
+        self.calls += 1
+        super().mem_release(handle)
+
+
+def play(requests: list, page_mb: int) -> tuple[list[list], list[tuple[int, int]]]:
+    """The lab's play(): the trace the allocator's expandable segment saw for these requests, and after each step
+    (pages mapped, driver calls the step made) as the device counted them."""
+    gpu = CountingGPU("8GiB")
+    allocator = CachingAllocator(gpu, f"expandable_segments:True,large_segment_size_mb:{page_mb}")
+    live: dict[str, int] = {}
+    trace: list[list] = []
+    counted: list[tuple[int, int]] = []
+    for request in requests:
+        calls = gpu.calls
+        if request[0] == "alloc":
+            live[request[1]] = allocator.malloc(request[2])
+            trace.append(["alloc", live[request[1]] - allocator.expandable_segments[0].ptr, request[2]])
+        elif request[0] == "free":
+            ptr = live.pop(request[1])
+            trace.append(["free", ptr - allocator.expandable_segments[0].ptr])
+            allocator.free(ptr)
+        else:
+            allocator.empty_cache()
+            trace.append(["empty_cache"])
+        assert len(allocator.expandable_segments) <= 1, "a lab 3 trace outgrew one segment's range"
+        counted.append((allocator.memory_reserved() // (page_mb * MiB), gpu.calls - calls))
+    return trace, counted
+
+
+def random_requests(rng: random.Random, n: int) -> list[list]:
+    """The lab's random_requests: allocs of 1 to 90 MiB, frees of live blocks, now and then an empty_cache."""
+    requests: list[list] = []
+    live: list[str] = []
+    for k in range(n):
+        r = rng.random()
+        if r < 0.08:
+            requests.append(["empty_cache"])
+        elif live and r < 0.45:
+            requests.append(["free", live.pop(rng.randrange(len(live)))])
+        else:
+            live.append(f"t{k}")
+            requests.append(["alloc", f"t{k}", rng.randrange(MiB + 512, 90 * MiB, 512)])
+    return requests
+
+
+# the lab's visible and hidden cases: chapter 3's story; a free page between two unmapped runs (two
+# cuMemSetAccess calls); blocks ending on page boundaries, and the range given back and started again
+STORY = [["alloc", "a", 30 * MiB], ["alloc", "b", 15 * MiB], ["free", "a"], ["empty_cache"], ["alloc", "c", 10 * MiB]]
+TWO_RUNS = [["alloc", "a", 140 * MiB], ["alloc", "b", 20 * MiB], ["alloc", "c", 40 * MiB], ["alloc", "d", 20 * MiB],
+            ["free", "a"], ["free", "c"], ["empty_cache"], ["free", "b"], ["alloc", "e", 200 * MiB]]
+BOUNDARIES = [["alloc", "a", 20 * MiB], ["alloc", "b", 20 * MiB], ["alloc", "c", 25 * MiB], ["free", "b"],
+              ["empty_cache"], ["free", "a"], ["empty_cache"], ["free", "c"], ["empty_cache"], ["alloc", "d", 50 * MiB],
+              ["alloc", "e", 10 * MiB]]
+
+
+def costs_case(requests: list, page_mb: int) -> dict:
+    """A case for the probe: the requests (the check replays them) and the trace the student's function reads."""
+    return {"requests": requests, "page_mb": page_mb, "trace": play(requests, page_mb)[0]}
 
 
 def random_ops(seed: int, n: int, max_pages: int, free_pages: int, page_size: int = PAGE, unmaps: bool = True):
@@ -68,25 +146,13 @@ def trace(ops, capacity: str = "64MiB", page_size: int = PAGE) -> dict:
 
 
 def inputs(grade_id: str, rng: random.Random) -> dict:
-    if grade_id == "task1_pages_tests":
-        # the visible tests' cases and the hidden ones worked out by hand (a block ending exactly on a page first)
-        visible = [[BASE, PAGE, BASE, 1], [BASE, PAGE, BASE, PAGE], [BASE, PAGE, BASE + PAGE, 3 * MiB],
-                   [BASE, PAGE, BASE + MiB, 2 * PAGE], [BASE, PAGE, BASE + MiB, PAGE], [BASE, PAGE, BASE, 3 * PAGE],
-                   [BASE, PAGE, BASE + PAGE, 2 * PAGE], [BASE, PAGE, BASE + 512, 2 * PAGE - 512]]
-        cases = list(visible)
-        for ps in (PAGE, 20 * MiB, 4096):
-            for k0 in (0, 1, 5):
-                for d0 in (0, 1, 511, 512, ps - 512, ps - 1):
-                    ptr = BASE + k0 * ps + d0
-                    for k1 in range(k0, k0 + 4):
-                        for d1 in (-512, -1, 0, 1, 512):
-                            end = BASE + k1 * ps + d1
-                            if end > ptr:
-                                cases.append([BASE, ps, ptr, end - ptr])
-        for _ in range(3000):
-            ps = rng.choice([PAGE, 20 * MiB, 4096])
-            cases.append([BASE, ps, BASE + rng.randrange(0, 40 * ps, 512), rng.randint(1, 6 * ps)])
-        return {"cases": cases, "visible": len(visible)}
+    if grade_id == "task1_costs_tests":
+        cases = [costs_case(STORY, 20), costs_case(random_requests(random.Random(0), 80), 20),
+                 costs_case(random_requests(random.Random(1), 80), 64), costs_case(TWO_RUNS, 20),
+                 costs_case(BOUNDARIES, 20)]
+        cases += [costs_case(random_requests(random.Random(rng.randrange(1 << 30)), 120), page_mb)
+                  for page_mb in (20, 12, 64, 20, 12, 64)]
+        return {"cases": cases}
     if grade_id == "task2_contiguous_tests":
         cases = [{"handles": [3, 1], "pages": [[1, 0], [0, 2], [0, 0]], "other": False}]
         for _ in range(30):
@@ -124,22 +190,12 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
     return {"traces": traces}
 
 
-
 def check(grade_id: str, args: dict, result) -> str | None:
-    if grade_id == "task1_pages_tests":
+    if grade_id == "task1_costs_tests":
         for number, (case, got) in enumerate(zip(args["cases"], result, strict=True)):
-            base, ps, ptr, size = case
-            touch, inside = brute_force(ps, ptr, size)
-            for name, seen, want in (("pages_to_map", got[0], touch), ("pages_to_unmap", got[1], inside)):
-                call = f"{name}(base, {ps}, base + {ptr - base}, {size})"
-                if raised(seen):
-                    return f"{call} {shown(seen)}"
-                shape, length, items = seen
-                if length != len(want) or (want and items != want):
-                    return f"{call} returned {shown(shape)}, expected {shown(plain(range(want[0], want[-1] + 1)))}" \
-                        if want else f"{call} returned {shown(shape)}, expected an empty range"
-                if number < args["visible"] and (not isinstance(shape, dict) or "!range" not in shape):
-                    return f"{call} returned {shown(shape)}, expected a range"
+            problem = check_costs(case, got)
+            if problem:
+                return f"trace {number + 1} of {len(args['cases'])}: {problem}"
         return None
     if grade_id == "task2_contiguous_tests":
         for case, got in zip(args["cases"], result, strict=True):
@@ -151,6 +207,17 @@ def check(grade_id: str, args: dict, result) -> str | None:
         problem = compare_segment(spec, got)
         if problem:
             return f"trace {number + 1} of {len(args['traces'])}: {problem}"
+    return None
+
+def check_costs(case: dict, got) -> str | None:
+    trace, counted = play(case["requests"], case["page_mb"])
+    if raised(got):
+        return f"page_costs({case['page_mb'] * MiB}, trace) {shown(got)}"
+    if not isinstance(got, list) or len(got) != len(trace):
+        return f"page_costs returned {shown(got)[:200]}, expected a list of {len(trace)} pairs"
+    for step, (op, seen, want) in enumerate(zip(trace, got, counted, strict=True)):
+        if seen != plain(want):
+            return f"step {step}, {tuple(op)}: page_costs returned {shown(seen)}, the device counted {want}"
     return None
 
 

@@ -10,13 +10,9 @@ if __name__ != "grader_probes":  # read as a module (linting, tests); in the san
 PAGE = 2 * 1024 * 1024
 
 
-def _pages(found):
-    return [found, len(found), list(found)]
-
-
-def task1_pages_tests(ns, args):
-    to_map, to_unmap = need(ns, "pages_to_map"), need(ns, "pages_to_unmap")
-    return [[call(lambda c=case: _pages(to_map(*c))), call(lambda c=case: _pages(to_unmap(*c)))]
+def task1_costs_tests(ns, args):
+    page_costs = need(ns, "page_costs")
+    return [call(page_costs, case["page_mb"] * 1024 * 1024, [tuple(op) for op in case["trace"]])
             for case in args["cases"]]
 
 
