@@ -735,6 +735,7 @@ def test_a_labs_messages_are_translated_with_their_fields(lab: str, lang: str):
     built = _lab_messages(ROOT / "labs" / "source" / f"{lab}_{lang}" / f"{lab}_{lang}.ipynb")
     assert built.keys() == english.keys()
     for key, text in english.items():
-        assert built[key] != text, (lang, key, "not translated")
+        prose = re.findall(r"\b[a-z]{3,}\b", re.sub(r"\{\w*\}|\w*_\w*", " ", text))  # not fields, not code names
+        assert built[key] != text or not prose, (lang, key, "not translated")
         fields = sorted(re.findall(r"\{(\w*)\}", text))
         assert sorted(re.findall(r"\{(\w*)\}", built[key])) == fields, (lang, key, built[key])
