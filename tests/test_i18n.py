@@ -646,24 +646,6 @@ def test_a_labs_message_table_is_translated_and_its_language_selected(course: La
     assert any("replacement fields differ" in p for p in check(layout).problems)
 
 
-@pytest.mark.parametrize("lab", ["lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow"])
-def test_the_translated_labs_speak_their_language_to_minialloc(lab: str):
-    """Each translated lab's setup cell sets minialloc's language to the lab's, as a translated chapter does, and
-    every MESSAGES key a graded cell reads is in the table, with no English sentence left in it (the English table
-has some: the scan finds them)."""
-    from course_i18n.english_scan import english_sentences
-    from course_i18n.labs import lab_language
-
-    for lang in ("", "_vi", "_de"):
-        nb = nbformat.read(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb", as_version=4)
-        assert lab_language(nb) == (lang[1:] or "en"), f"{lab}{lang}"
-        table = _lab_messages(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb")
-        used = {key for c in nb.cells if c.cell_type == "code" for key in re.findall(r'MESSAGES\["(\w+)"\]', c.source)}
-        assert used and used <= set(table), f"{lab}{lang}: no message for {sorted(used - set(table))}"
-        english = [s for text in table.values() for s in english_sentences(text)]
-        assert bool(english) == (not lang), f"{lab}{lang}: English left in its messages: {english}"
-
-
 def test_a_chapters_lab_link_points_at_the_lab_in_its_language(tmp_path: Path):
     from course_i18n.tool import lab_link
 
@@ -739,3 +721,21 @@ def test_a_labs_messages_are_translated_with_their_fields(lab: str, lang: str):
         assert built[key] != text or not prose, (lang, key, "not translated")
         fields = sorted(re.findall(r"\{(\w*)\}", text))
         assert sorted(re.findall(r"\{(\w*)\}", built[key])) == fields, (lang, key, built[key])
+
+
+@pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
+def test_the_translated_labs_speak_their_language_to_minialloc(lab: str):
+    """Each translated lab's setup cell sets minialloc's language to the lab's, as a translated chapter does, and
+    every MESSAGES key a graded cell reads is in the table, with no English sentence left in it (the English table
+has some: the scan finds them)."""
+    from course_i18n.english_scan import english_sentences
+    from course_i18n.labs import lab_language
+
+    for lang in ("", "_vi", "_de"):
+        nb = nbformat.read(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb", as_version=4)
+        assert lab_language(nb) == (lang[1:] or "en"), f"{lab}{lang}"
+        table = _lab_messages(ROOT / "labs" / "source" / f"{lab}{lang}" / f"{lab}{lang}.ipynb")
+        used = {key for c in nb.cells if c.cell_type == "code" for key in re.findall(r'MESSAGES\["(\w+)"\]', c.source)}
+        assert used and used <= set(table), f"{lab}{lang}: no message for {sorted(used - set(table))}"
+        english = [s for text in table.values() for s in english_sentences(text)]
+        assert bool(english) == (not lang), f"{lab}{lang}: English left in its messages: {english}"
