@@ -187,3 +187,31 @@ def test_the_whole_real_tree_passes_the_check(capsys: pytest.CaptureFixture[str]
     """`python -m course_i18n check` over the chapters, the labs, the code's catalogs and the quiz bank."""
     assert main(["--course", str(ROOT / "course"), "--labs", str(ROOT / "labs"), "check"]) == 0, \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lang", ["vi", "de"])
+def test_the_glossaries_hold_the_terms_the_course_settles(lang: str) -> None:
+    """One term per idea: the words the translations once mixed are ruled out, the settled ones required."""
+    terms = {t.term: t for t in glossary.load(ROOT / "course" / "locale" / lang / "glossary.json")}
+    wanted = {"vi": {"trace": "trace", "batch": "batch", "tensor": "tensor", "kernel": "kernel",
+                     "best fit": "best fit", "prefill": "prefill", "compaction": "dồn bộ nhớ",
+                     "pinned": "bị ghim", "unmap": "gỡ ánh xạ", "snapshot": "ảnh chụp bộ nhớ",
+                     "host memory": "bộ nhớ host", "crash": "bị sập", "stream": "luồng"},
+              "de": {"trace": "Trace", "batch": "Batch", "tensor": "Tensor", "kernel": "Kernel",
+                     "best fit": "Best Fit", "prefill": "Prefill", "request": "Anforderung",
+                     "request (serving)": "Anfrage", "map": "einblenden", "unmap": "ausblenden",
+                     "history": "Verlauf", "allocated block": "belegter Block"}}[lang]
+    for name, rendering in wanted.items():
+        assert any(p.search(rendering) for p in terms[name].use + terms[name].first), (name, rendering)
+    ruled_out = {"vi": {"trace": ["vết", "dòng sự kiện", "chuỗi thao tác", "chuỗi sự kiện"],
+                        "pinned": ["bị giữ chặt"], "unmap": ["bỏ ánh xạ"], "snapshot": ["ảnh chụp nhanh"],
+                        "host memory": ["bộ nhớ của máy chủ"], "crash": ["bị treo"], "compaction": ["nén bộ nhớ"],
+                        "gradient": ["độ dốc"], "offloading": ["giảm tải"]},
+                 "de": {"map": ["gemappt"], "unmap": ["unmappt", "nicht gemappte Seiten", "koppelt sie ab"],
+                        "peak": ["höchstens"], "scratch space": ["Arbeitsspeicher"], "gradient": ["Farbverläufe"],
+                        "request": ["Anfrage"]}}[lang]
+    for name, words in ruled_out.items():
+        for word in words:
+            assert any(p.search(word) for p in terms[name].avoid + terms[name].never), (name, word)
+    if lang == "vi":  # "luồng CUDA (stream)" on first use, "luồng" after
+        assert any(p.fullmatch("luồng CUDA (stream)") for p in terms["stream"].first)
