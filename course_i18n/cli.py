@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import code
+from . import bank, code
 from .labs import LabLayout
 from .tool import LANGS, Layout, build, check, extract
 
@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the labs' catalogs (default LABS/locale; drafts: labs/locale-work)")
     parser.add_argument("--only", choices=("course", "labs", "code"),
                         help="only the chapters, only the labs, or only the code's strings (minialloc.lang.messages "
-                             "tables of minialloc/ and quizzes/, catalogs <package>/locale/<lang>/LC_MESSAGES/)")
+                             "tables of minialloc/ and quizzes/, catalogs <package>/locale/<lang>/LC_MESSAGES/; "
+                             "check also keeps the quiz bank quizzes/bank/*.json to the glossaries)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_extract = sub.add_parser("extract", help="update the catalogs from the English notebooks (changed -> fuzzy)")
     p_extract.add_argument("notebooks", nargs="*",
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if code_layout is not None:
         try:
             problems += code.check(code_layout, LANGS)
+            problems += bank.check(code_layout.root / "quizzes" / "bank", code_layout.glossary, LANGS)
         except (ValueError, KeyError) as exc:  # a broken glossary: already reported by the layouts above
             problems.append(str(exc))
     for problem in problems:

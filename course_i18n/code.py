@@ -28,7 +28,7 @@ PACKAGES: tuple[str, ...] = ("minialloc", "quizzes")
 DOMAIN_WHAT = "learner-facing strings of the code"
 # Feedback names the learner's code without backticks (device.malloc, torch.cuda.empty_cache()): code, not prose,
 # so the glossary leaves it alone on both sides, as it leaves `inline code` alone in the notebooks.
-_CODE_NAME = re.compile(r"\b\w+(?:\.\w+)+(?:\(\))?")
+CODE_NAME = re.compile(r"\b\w+(?:\.\w+)+(?:\(\))?")
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def check(layout: CodeLayout, langs: Iterable[str]) -> list[str]:
                 else:
                     # each message is read on its own, so a term's "first use" rendering is never required
                     seen = {term.term for term in terms}
-                    for problem in glossary.violations(_CODE_NAME.sub(" ", e.text), _CODE_NAME.sub(" ", m.string),
+                    for problem in glossary.violations(CODE_NAME.sub(" ", e.text), CODE_NAME.sub(" ", m.string),
                                                        terms, seen,
                                                        glossary.waived(list(m.user_comments))):
                         problems.append(f"{label} glossary: {problem}")

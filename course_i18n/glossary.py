@@ -13,6 +13,12 @@
 - ``first`` (optional): the rendering the term's first use in a notebook must have (Vietnamese keeps the English
   term in parentheses there, where no settled Vietnamese term exists). Later uses may use ``first`` or ``use``.
 - ``avoid`` (optional): renderings that are wrong wherever they appear in a unit whose English holds the term.
+- ``never`` (optional): renderings of the term that are wrong in any unit of the language, whatever its English
+  says: a rival word for the same idea (Vietnamese "bỏ ánh xạ" beside "gỡ ánh xạ") or a machine-translation error
+  ("độ dốc" for gradient) that would otherwise slip in where the English words the idea differently.
+- ``where`` / ``unless`` (optional): regular expressions on the English unit; the term applies only to units that
+  match ``where`` and to none that match ``unless``. One English word with two senses becomes two terms this way
+  (German: a serving *request* is an "Anfrage", an allocation *request* an "Anforderung").
 
 Longer terms are matched first and hide what they cover ("KV cache" is not also "cache"). Inline code
 (`` `...` ``), link targets and f-string fields are not prose and are ignored on both sides. A translator who
@@ -38,6 +44,13 @@ class Term:
     use: tuple[re.Pattern[str], ...]
     first: tuple[re.Pattern[str], ...]
     avoid: tuple[re.Pattern[str], ...]
+    never: tuple[re.Pattern[str], ...] = ()
+    where: re.Pattern[str] | None = None
+    unless: re.Pattern[str] | None = None
+
+    def applies_to(self, english: str) -> bool:
+        return ((self.where is None or bool(self.where.search(english)))
+                and (self.unless is None or not self.unless.search(english)))
 
 
 def _compile(patterns: list[str], where: str) -> tuple[re.Pattern[str], ...]:
@@ -54,12 +67,14 @@ def load(path: Path) -> list[Term]:
     terms = []
     for item in data["terms"]:
         where = f"{path}: term {item.get('term')!r}"
-        unknown = set(item) - {"term", "en", "use", "first", "avoid", "note"}
+        unknown = set(item) - {"term", "en", "use", "first", "avoid", "never", "where", "unless", "note"}
         if unknown or not item.get("use"):
             raise ValueError(f"{where}: needs 'use'; unknown fields {sorted(unknown)}")
         en = re.compile(rf"(?<![\w-])(?:{item['en']})(?![\w-])", re.I)
+        context = {key: _compile([item[key]], where)[0] if key in item else None for key in ("where", "unless")}
         terms.append(Term(item["term"], en, _compile(item["use"], where), _compile(item.get("first", []), where),
-                          _compile(item.get("avoid", []), where)))
+                          _compile(item.get("avoid", []), where), _compile(item.get("never", []), where),
+                          context["where"], context["unless"]))
     # longest English first, so "KV cache" is found before "cache"
     return sorted(terms, key=lambda t: -len(t.term))
 
@@ -77,24 +92,34 @@ def waived(comments: list[str]) -> set[str]:
     return out
 
 
-def terms_in(english: str, terms: list[Term]) -> list[Term]:
-    """The glossary terms ``english`` uses, longer terms hiding the shorter ones they contain."""
+def terms_in(english: str, terms: list[Term], context: str | None = None) -> list[Term]:
+    """The glossary terms ``english`` uses, longer terms hiding the shorter ones they contain. ``where`` and
+    ``unless`` read ``context`` when given (a quiz question's whole English for one of its options)."""
     text = prose(english)
     found = []
     for term in terms:
-        if term.en.search(text):
+        if term.en.search(text) and term.applies_to(english if context is None else context):
             found.append(term)
             text = term.en.sub(lambda m: "\0" * len(m.group(0)), text)
     return found
 
 
 def violations(english: str, translation: str, terms: list[Term], seen: set[str],
-               waivers: set[str] = frozenset()) -> list[str]:
+               waivers: set[str] = frozenset(), context: str | None = None) -> list[str]:
     """What is wrong with ``translation`` against the glossary. ``seen`` holds the terms already used earlier in
-    the notebook (so ``first`` applies to the first use only); this call adds the ones it meets."""
+    the notebook (so ``first`` applies to the first use only); this call adds the ones it meets. ``context``: see
+    terms_in."""
     problems = []
     target = prose(translation)
-    for term in terms_in(english, terms):
+    for term in terms:
+        if term.term.lower() in waivers:
+            continue
+        for bad in term.never:
+            m = bad.search(target)
+            if m:
+                problems.append(f"'{term.term}' rendered as '{m.group(0)}', which the glossary rules out in every "
+                                f"text ({bad.pattern})")
+    for term in terms_in(english, terms, context):
         if term.term.lower() in waivers:
             continue
         first_use = term.term not in seen and term.first
