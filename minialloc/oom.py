@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .sizes import format_size
+from .sizes import pytorch_format_size as format_size  # PyTorch's message: English, byte for byte
 
 # PyTorch 2.13's hint, word for word (with its two double spaces).
 EXPANDABLE_HINT = (
