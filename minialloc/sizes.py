@@ -31,6 +31,7 @@ _UNITS = {
 # notebook's language; PyTorch's own messages keep pytorch_format_size's English
 TEXT = messages("minialloc.sizes.TEXT", {
     "bytes": "{n} bytes",
+    "unit_bytes": "bytes",  # an axis's unit, when the sizes are under 4 KiB
 })
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
