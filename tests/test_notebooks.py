@@ -31,6 +31,11 @@ def test_notebook_runs(path: Path, monkeypatch):
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    if path.parent in CHAPTER_DIRS - {ROOT / "course"}:  # a translated start page: no English sentence in sight
+        from test_course_exercises import untranslated_outputs
+
+        english = untranslated_outputs(nb.cells)
+        assert not english, f"{path.relative_to(ROOT)}: English in the outputs:\n" + "\n".join(english)
 
 
 def test_there_are_notebooks():
