@@ -2,7 +2,8 @@
 
 Course chapters 1..6, in English and in the translations (course/vi/, course/de/), are run by
 tests/test_course_exercises.py (blank and with their solutions), and course/solutions/ holds cells, not notebooks to
-run: both are left out here, so no chapter runs three times. The start page runs here in every language.
+run: both are left out here, so no chapter runs three times. The start page runs here in every language, and a
+translated one's outputs are scanned for English sentences, as the chapters' are.
 """
 
 from __future__ import annotations
