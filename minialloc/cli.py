@@ -244,9 +244,12 @@ def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str,
     print()
     # re-laid rows sit under their own heading, named by their config alone (the label says it in JSON and text)
     names = [r.config if r.relaid else shown_label(r) for r in rows]
-    widths = (max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12)  # a long label widens its column
-    print(_row(tuple(say(TEXT, f"col_{c}") for c in ("config", "peak_alloc", "peak_reserved", "ooms", "first_fails",
-                                                      "fits_on")), widths))
+    head = tuple(say(TEXT, f"col_{c}") for c in ("config", "peak_alloc", "peak_reserved", "ooms", "first_fails",
+                                                  "fits_on"))
+    # a long label, or a heading longer in the notebook's language, widens its column
+    widths = tuple(max(w, len(h)) for w, h in zip((max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12), head,
+                                                  strict=True))
+    print(_row(head, widths))
     for k, (r, name) in enumerate(zip(rows, names, strict=True)):
         if r.relaid and not rows[k - 1].relaid:
             print(say(TEXT, "relaid_heading"))

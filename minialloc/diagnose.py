@@ -43,6 +43,11 @@ TEXT = messages("minialloc.diagnose.TEXT", {
     "before_recording": "(allocated before the trace began, no stack)",
     # a live block of the replay at an address where the run had none: only once the replay has left the run
     "off_the_run": "(placed where the run had no block: the replay diverged before it)",
+    # the names trace.top_user_frame gives blocks without a frame of the program's own
+    "no_stack": "(no stack recorded)",
+    "no_python_frame": "(no Python frame)",
+    "grad_tensors": "(the .grad tensors)",
+    "autograd_engine": "backward: autograd engine",
     "warning_diverges": "warning: the replay diverges from the run at trace entry {entry} (see minialloc replay "
                         "--check): the figures below are unreliable",
     "snapshot_state": "device {device}, the state the snapshot holds",
@@ -80,9 +85,14 @@ BEFORE_RECORDING = TEXT["before_recording"].english  # the holders' names in the
 OFF_THE_RUN = TEXT["off_the_run"].english
 
 
+_MADE_UP_NAMES = ("before_recording", "off_the_run", "no_stack", "no_python_frame", "grad_tensors", "autograd_engine")
+
+
 def holder_name(frame: str) -> str:
-    """A holder's name as shown: the two made-up ones translated, a frame of the program as it is."""
-    return frame.replace(BEFORE_RECORDING, say(TEXT, "before_recording")).replace(OFF_THE_RUN, say(TEXT, "off_the_run"))
+    """A holder's name as shown: the names minialloc makes up translated, a frame of the program as it is."""
+    for key in _MADE_UP_NAMES:
+        frame = frame.replace(TEXT[key].english, say(TEXT, key))
+    return frame
 
 
 def _pool_name(pool: str) -> str:

@@ -128,15 +128,15 @@ def rank_verdict(rows: list[RankState]) -> str:
 
 
 def rank_table(rows: list[RankState]) -> str:
-    def col(key: str) -> str:
-        return say(TEXT, f"col_{key}")
-
-    head = (f"{col('rank'):>4} {col('device'):>3} {col('reserved'):>11} {col('allocated'):>11} "
-            f"{col('cached_free'):>11} {col('largest_free'):>12} {col('fragmentation'):>5}  {col('top_holder')}")
-    out = [head]
+    keys = ("rank", "device", "reserved", "allocated", "cached_free", "largest_free", "fragmentation")
+    head = [say(TEXT, f"col_{key}") for key in keys]
+    # a heading longer in the notebook's language widens its column
+    widths = [max(w, len(h)) for w, h in zip((4, 3, 11, 11, 11, 12, 5), head, strict=True)]
+    out = [" ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)) + "  " + say(TEXT, "col_top_holder")]
     for r in rows:
-        out.append(f"{r.rank:>4} {r.device:>3} {readable_size(r.reserved):>11} {readable_size(r.allocated):>11} "
-                   f"{readable_size(r.cached_free):>11} {readable_size(r.largest_free_block):>12} "
-                   f"{r.fragmentation:>5.0%}  {holder_name(r.top_holder)} ({readable_size(r.top_holder_bytes)})"
+        cells = (str(r.rank), str(r.device), readable_size(r.reserved), readable_size(r.allocated),
+                 readable_size(r.cached_free), readable_size(r.largest_free_block), f"{r.fragmentation:.0%}")
+        out.append(" ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+                   + f"  {holder_name(r.top_holder)} ({readable_size(r.top_holder_bytes)})"
                    + ("  <- OOM" if r.failed else ""))
     return "\n".join(out)

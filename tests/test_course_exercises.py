@@ -86,13 +86,12 @@ def run(nb: nbformat.NotebookNode, chapter: Path, monkeypatch: pytest.MonkeyPatc
 
 
 # What a translated chapter may show in English: PyTorch's own OOM message and memory_summary() (what the learner
-# meets in real life, byte for byte; chapter 0 says so and the chapters gloss their fields), the lines PyTorch's
-# memory viewer prints, and the stack frames of the recorded run (its program's own names).
+# meets in real life, byte for byte; chapter 0 says so and the chapters gloss their fields) and the lines
+# PyTorch's memory viewer prints.
 PYTORCH_ENGLISH = [
     re.compile(r"CUDA out of memory\. Tried to allocate .*?(?:\(https?://\S+\)|$)", re.S | re.M),
     re.compile(r"^\|.*\|$", re.M),  # memory_summary()'s table rows
     re.compile(r"^(?:segments|total)\b.*$", re.M),  # torch.cuda._memory_viz stats
-    re.compile(r"\(the \.grad tensors\)"),  # the trace's frame name for AccumulateGrad
     # the message's and the table's own words, quoted where the text glosses them (the glossaries allow
     # "out of memory" as a term in both languages)
     "Tried to allocate", "reserved but unallocated", "out of memory", "Allocated memory", "Active memory",
