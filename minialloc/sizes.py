@@ -32,6 +32,7 @@ _UNITS = {
 TEXT = messages("minialloc.sizes.TEXT", {
     "bytes": "{n} bytes",
     "unit_bytes": "bytes",  # an axis's unit, when the sizes are under 4 KiB
+    "decimal_hint": "(decimal; did you mean {binary}?)",
 })
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -103,4 +104,4 @@ def decimal_size_hint(text: str) -> str:
     if m is None or m.group(2).lower() not in ("kb", "mb", "gb", "tb", "k", "m", "g", "t"):
         return ""
     binary = m.group(2)[0].upper() + "iB"
-    return f"(decimal; did you mean {m.group(1)}{binary}?)"
+    return say(TEXT, "decimal_hint", binary=f"{m.group(1)}{binary}")

@@ -49,6 +49,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 COMMANDS = {
     "replay": ["replay", "{oom}", "--conf", "", "--no-fit"],  # every config fails: the failure lines, fragmentation
     "replay-fits": ["replay", "{oom}", "--no-fit"],  # re-laid rows, a setting that saves the run
+    "replay-capacity": ["replay", "{oom}", "--capacity", "1GB", "--conf", "", "--no-fit"],  # the decimal hint
     "check": ["replay", "{oom}", "--check"],  # the recorded OOM reproduced
     "check-diverging": ["replay", "{diverging}", "--check"],  # a divergence, explained
     "diagnose": ["diagnose", "{oom}"],  # at the failure, with a verdict
