@@ -86,9 +86,10 @@ def run(nb: nbformat.NotebookNode, chapter: Path, monkeypatch: pytest.MonkeyPatc
 
 
 # What a translated chapter may show in English: PyTorch's own OOM message and memory_summary() (what the learner
-# meets in real life, byte for byte; chapter 0 says so and the chapters gloss their fields) and the lines
-# PyTorch's memory viewer prints.
-PYTORCH_ENGLISH = [
+# meets in real life, byte for byte; chapter 0 says so and the chapters gloss their fields), the lines PyTorch's
+# memory viewer prints, and code (chapter 1 prints minialloc's functions with inspect.getsource).
+ALLOWED_ENGLISH = [
+    re.compile(r"^( *)def \w+\(.*(?:\n(?:\1 +\S.*)?)*", re.M),  # a printed function: its def and indented body
     re.compile(r"CUDA out of memory\. Tried to allocate .*?(?:\(https?://\S+\)|$)", re.S | re.M),
     re.compile(r"^\|.*\|$", re.M),  # memory_summary()'s table rows
     re.compile(r"^(?:segments|total)\b.*$", re.M),  # torch.cuda._memory_viz stats
@@ -110,7 +111,7 @@ def untranslated_outputs(cells: list[nbformat.NotebookNode]) -> list[str]:
             if data.get("text/plain", "").startswith(("<Figure", "<IPython")) and not data.get("text/html"):
                 continue  # a picture: its words are checked where it is drawn (minialloc.viz's tables)
             text = re.sub(r"<[^>]+>", " ", text)  # HTML: the words, not the tags
-            found += [f"[cell {n}] {s}" for s in english_sentences(text, PYTORCH_ENGLISH)]
+            found += [f"[cell {n}] {s}" for s in english_sentences(text, ALLOWED_ENGLISH)]
     return found
 
 

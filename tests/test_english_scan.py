@@ -25,3 +25,8 @@ def test_the_allow_list_cuts_out_pytorchs_message_and_ends_the_run_there() -> No
     assert english_sentences(text) == ["out of memory. Tried to allocate", "the run fails"]
     assert english_sentences(text, [OOM]) == ["the run fails"]
     assert english_sentences("the state at the first trace entry", ["the first trace entry"]) == ["the state at"]
+
+
+def test_a_multiple_choice_letter_is_no_word() -> None:
+    assert english_sentences("nhóm nhỏ (small pool)? A) một B) hai") == []
+    assert english_sentences("small pool or a large one") == ["small pool or a large one"]
