@@ -38,11 +38,14 @@ within without would yet you your
 """.split()) - {"was", "also"}  # German homographs kept out even if a later edit adds them
 
 _BREAK = "\x00"  # stands where an allowed phrase was cut out: no word, so it ends a run
+_OPTION = re.compile(r"\(?[A-Da-d]\)")
 _EDGE = "()[]{}<>.,;:!?\"'`*“”‘’«»„"
 
 
 def _word(token: str) -> str | None:
     """The token as a lower-case English word from COMMON, or None (a number, a code name, another language)."""
+    if _OPTION.fullmatch(token):
+        return None  # a multiple-choice option's letter, "A)"
     core = token.strip(_EDGE)
     if not core or not core.isascii() or not core.replace("'", "").isalpha():
         return None  # digits, underscores, dots or slashes inside: code, a path or a size, not prose

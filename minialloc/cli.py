@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .allocator import CachingAllocator
 from .device import SimulatedGPU
+from .lang import messages, say
 from .oom import OutOfMemoryError
 from .replay import (
     DEFAULT_WHAT_IF,
@@ -31,6 +32,7 @@ from .replay import (
     open_device_traces,
     read_trace,
     replay,
+    shown_label,
     verdict,
     what_if,
     what_if_trace,
@@ -38,6 +40,41 @@ from .replay import (
 from .sizes import decimal_size_hint, format_size, parse_size, readable_size
 from .trace import DeviceTrace, TraceError, devices, read_device_trace, recorded_config, why_not_replayable
 from .workloads import CANONICAL_CAPACITY, canonical_scenario
+
+# What replay and diagnose print for a person follows minialloc.lang (MINIALLOC_LANG on the command line, which a
+# translated chapter exports for the commands it starts); --json keeps its English keys and values.
+TEXT = messages("minialloc.cli.TEXT", {
+    "check_header": "{file}: replayed under the recorded settings ({config}) from the state at the first trace entry",
+    "source_oom": "the oom at trace entry {entry}: reserved + device_free",
+    "start_empty": "an empty GPU (--from-empty)",
+    "start_state": "the state at the first trace entry ({reserved} reserved, {live} live blocks)",
+    "capacity": "capacity {capacity}{hint} (from {source})",
+    "no_limit": "no capacity limit",
+    "header": "{file}, device {device}: {entries} trace entries",
+    "replayed_from": "replayed from {start}",
+    "budget": "{budget}; recorded peak reserved {peak}",
+    "relaid_note": "rows marked re-laid start from the {live} live blocks and the cached free memory at the first "
+                   "entry, each allocated again under the row's setting (the cache then freed), so they compare with "
+                   "each other (--keep-start keeps the run's segments instead)",
+    "col_config": "config",
+    "col_peak_alloc": "peak alloc",
+    "col_peak_reserved": "peak reserv",
+    "col_ooms": "OOMs",
+    "col_first_fails": "first fails",
+    "col_fits_on": "fits on",
+    "relaid_heading": "re-laid from the live and cached blocks at the first entry:",
+    "entry": "entry {entry}",
+    "from_frames": " from {frames}",
+    "failure": "{label}: trace entry {entry} asked for {size}{where} with {live} live and {reserved} reserved",
+    "skipped_frees": "{n} frees of blocks allocated before the trace began were skipped: these figures leave out "
+                     "what the run held then (drop --from-empty)",
+    "verdict": "verdict: {line}",
+    "recorded_settings": "{file}: recorded settings {config}",
+    "capacity_hint": "--capacity {arg} is {size} {hint}",
+    "plots_written": "plots written to {folder}: {names}",
+    "ranks_header": "{files} snapshots, {ranks} ranks (each file's own state, no replay)",
+    "no_rank_on_device": "no file holds segments on device {device}",
+})
 
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
@@ -156,8 +193,7 @@ def run_replay(args: argparse.Namespace) -> int:
                 print(json.dumps({"file": args.file, "config": recorded, "devices": [asdict(c) | {"ok": c.ok}
                                                                                     for c in checks]}, indent=2))
             else:
-                print(f"{args.file}: replayed under the recorded settings ({recorded or 'native'}) from the state "
-                      "at the first trace entry")
+                print(say(TEXT, "check_header", file=args.file, config=recorded or "native"))
                 for c in checks:
                     print(c.summary())
             return 0 if all(c.ok for c in checks) else 1
@@ -193,43 +229,46 @@ def run_replay(args: argparse.Namespace) -> int:
 def _print_device_table(path: str, t: DeviceTrace, cap: int | None, source: str, rows: list[ReplayResult],
                         v: str, from_empty: bool, hint: str = "") -> None:
     format_size = readable_size  # minialloc's own figures (PyTorch's format stays in PyTorch's message)
-    start = "an empty GPU (--from-empty)" if from_empty else (
-        f"the state at the first trace entry ({format_size(t.reserved_at_start)} reserved, "
-        f"{len(t.live_at_start)} live blocks)")
-    budget = (f"capacity {format_size(cap)}{' ' + hint if hint else ''} (from {source})" if cap
-              else "no capacity limit")
-    print(f"{path}, device {t.device}: {len(t.entries)} trace entries")
-    print(f"replayed from {start}")
-    print(f"{budget}; recorded peak reserved {format_size(t.recorded_peak_reserved)}")
+    start = say(TEXT, "start_empty") if from_empty else say(
+        TEXT, "start_state", reserved=format_size(t.reserved_at_start), live=len(t.live_at_start))
+    if source != "--capacity" and t.oom_entries:  # the JSON keeps the English; a person reads it translated
+        source = say(TEXT, "source_oom", entry=t.oom_entries[0])
+    budget = (say(TEXT, "capacity", capacity=format_size(cap), hint=" " + hint if hint else "", source=source) if cap
+              else say(TEXT, "no_limit"))
+    print(say(TEXT, "header", file=path, device=t.device, entries=len(t.entries)))
+    print(say(TEXT, "replayed_from", start=start))
+    print(say(TEXT, "budget", budget=budget, peak=format_size(t.recorded_peak_reserved)))
     if any(r.relaid for r in rows):
-        print("\n".join(textwrap.wrap(
-            f"rows marked re-laid start from the {len(t.live_at_start)} live blocks and the cached free memory at the "
-            "first entry, each allocated again under the row's setting (the cache then freed), so they compare with "
-            "each other (--keep-start keeps the run's segments instead)", 110, break_on_hyphens=False)))
+        print("\n".join(textwrap.wrap(say(TEXT, "relaid_note", live=len(t.live_at_start)), 110,
+                                      break_on_hyphens=False)))
     print()
     # re-laid rows sit under their own heading, named by their config alone (the label says it in JSON and text)
-    names = [r.config if r.relaid else r.label for r in rows]
-    widths = (max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12)  # a long label widens its column
-    print(_row(("config", "peak alloc", "peak reserv", "OOMs", "first fails", "fits on"), widths))
+    names = [r.config if r.relaid else shown_label(r) for r in rows]
+    head = tuple(say(TEXT, f"col_{c}") for c in ("config", "peak_alloc", "peak_reserved", "ooms", "first_fails",
+                                                  "fits_on"))
+    # a long label, or a heading longer in the notebook's language, widens its column
+    widths = tuple(max(w, len(h)) for w, h in zip((max(36, *(len(n) for n in names)), 12, 12, 6, 12, 12), head,
+                                                  strict=True))
+    print(_row(head, widths))
     for k, (r, name) in enumerate(zip(rows, names, strict=True)):
         if r.relaid and not rows[k - 1].relaid:
-            print("re-laid from the live and cached blocks at the first entry:")
-        fail = "-" if r.first_failure_entry is None else f"entry {r.first_failure_entry}"
+            print(say(TEXT, "relaid_heading"))
+        fail = "-" if r.first_failure_entry is None else say(TEXT, "entry", entry=r.first_failure_entry)
         print(_row((name, format_size(r.peak_allocated), format_size(r.peak_reserved), str(r.ooms), fail,
                     "-" if r.fits_on is None else format_size(r.fits_on)), widths))
     for r in rows:
         if r.first_failure_entry is not None:
-            where = f" from {'; '.join(r.first_failure_frames)}" if r.first_failure_frames else ""
-            print("\n" + "\n  ".join(textwrap.wrap(
-                f"{r.label}: trace entry {r.first_failure_entry} asked for {format_size(r.first_failure_size)}"
-                f"{where} with {format_size(r.live_at_failure)} live and {format_size(r.reserved_at_failure)} "
-                "reserved", 110, break_on_hyphens=False)))
+            where = say(TEXT, "from_frames", frames="; ".join(r.first_failure_frames)) if r.first_failure_frames else ""
+            print("\n" + "\n  ".join(textwrap.wrap(say(
+                TEXT, "failure", label=shown_label(r), entry=r.first_failure_entry,
+                size=format_size(r.first_failure_size), where=where, live=format_size(r.live_at_failure),
+                reserved=format_size(r.reserved_at_failure)), 110, break_on_hyphens=False)))
     if from_empty and rows and rows[0].skipped_frees:
-        print(f"\n{rows[0].skipped_frees} frees of blocks allocated before the trace began were skipped: these "
-              "figures leave out what the run held then (drop --from-empty)")
+        print("\n" + say(TEXT, "skipped_frees", n=rows[0].skipped_frees))
     print()
     for k, line in enumerate(v.splitlines()):  # one short line each, for a terminal
-        print("\n  ".join(textwrap.wrap(f"verdict: {line}" if k == 0 else line, 110, break_on_hyphens=False)))
+        print("\n  ".join(textwrap.wrap(say(TEXT, "verdict", line=line) if k == 0 else line, 110,
+                                        break_on_hyphens=False)))
     print()
 
 
@@ -309,14 +348,14 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print(json.dumps({"file": args.file, "devices": [d.as_dict() for d in reports],
                           "plots": [str(p) for p in paths]}, indent=2))
         return status
-    print(f"{args.file}: recorded settings {recorded_config(snap) or 'native'}\n")
+    print(say(TEXT, "recorded_settings", file=args.file, config=recorded_config(snap) or "native") + "\n")
     hint = decimal_size_hint(args.capacity) if args.capacity else ""
     if hint:
-        print(f"--capacity {args.capacity} is {format_size(capacity or 0)} {hint}\n")
+        print(say(TEXT, "capacity_hint", arg=args.capacity, size=format_size(capacity or 0), hint=hint) + "\n")
     for d in reports:
         print(d.text() + "\n")
     if paths:
-        print(f"plots written to {args.plot}: " + ", ".join(p.name for p in paths))
+        print(say(TEXT, "plots_written", folder=args.plot, names=", ".join(p.name for p in paths)))
     return status
 
 
@@ -332,12 +371,12 @@ def _diagnose_ranks(args: argparse.Namespace) -> int:
         return 2
     if args.device is not None:
         rows = [r for r in rows if r.device == args.device]
-    verdict_text = rank_verdict(rows) if rows else f"no file holds segments on device {args.device}"
+    verdict_text = rank_verdict(rows) if rows else say(TEXT, "no_rank_on_device", device=args.device)
     if args.json:
         print(json.dumps({"files": [str(f) for f in files], "ranks": [r.as_dict() for r in rows],
                           "verdict": verdict_text}, indent=2))
         return 0
-    print(f"{len(files)} snapshots, {len(rows)} ranks (each file's own state, no replay)\n")
+    print(say(TEXT, "ranks_header", files=len(files), ranks=len(rows)) + "\n")
     print(rank_table(rows) + "\n")
     for line in verdict_text.splitlines():
         print("\n  ".join(textwrap.wrap(line, 110, break_on_hyphens=False)))

@@ -32,13 +32,78 @@ from pathlib import Path
 from typing import Any
 
 from .allocator import CachingAllocator
+from .lang import messages, say
 from .replay import DEFAULT_WHAT_IF, ReplayResult, check_capacity, replay_trace, verdict, what_if_trace
 from .sizes import readable_size
 from .trace import DeviceTrace, TraceError, recorded_config, top_user_frame
 
-BEFORE_RECORDING = "(allocated before the trace began, no stack)"
-# a live block of the replay at an address where the run had none: only once the replay has left the run
-OFF_THE_RUN = "(placed where the run had no block: the replay diverged before it)"
+# The report as a person reads it, in the notebook's (or MINIALLOC_LANG's) language: minialloc.lang. as_dict (the
+# JSON) keeps English, the two holder names above included.
+TEXT = messages("minialloc.diagnose.TEXT", {
+    "before_recording": "(allocated before the trace began, no stack)",
+    # a live block of the replay at an address where the run had none: only once the replay has left the run
+    "off_the_run": "(placed where the run had no block: the replay diverged before it)",
+    # the names trace.top_user_frame gives blocks without a frame of the program's own
+    "no_stack": "(no stack recorded)",
+    "no_python_frame": "(no Python frame)",
+    "grad_tensors": "(the .grad tensors)",
+    "autograd_engine": "backward: autograd engine",
+    "warning_diverges": "warning: the replay diverges from the run at trace entry {entry} (see minialloc replay "
+                        "--check): the figures below are unreliable",
+    "snapshot_state": "device {device}, the state the snapshot holds",
+    "at_failure": "at the first failure",
+    "at_peak": "at the peak of reserved memory",
+    "at_entry": "at the chosen entry",
+    "moment": "device {device}, {where}: before trace entry {entry}",
+    "request": " (a request of {size})",
+    "on_device": ", on a device of {size}",
+    "cached_free": "cached free {size}",
+    "cached_free_unusable": "cached free {size}, of it unusable for the request {unusable}",
+    "totals": "  reserved {reserved} · allocated {allocated} · {free}",
+    "largest": "  largest cached free block {size}",
+    "largest_oom": " (counting the device's free memory too, as the OOM message does: {size})",
+    "pool": "  {pool} pool: {segments}, {reserved} reserved, {free} cached free (largest {largest}, fragmentation "
+            "{fragmentation})",
+    "pool_default": "default {kind}",
+    "pool_private": "private {id} {kind}",
+    "large": "large",
+    "small": "small",
+    "who_holds": "who holds the memory (live blocks by the top user frame that allocated them):",
+    "more_places": "in {n} more places",
+    "pinned": "segments mostly free but pinned by at most {n} live blocks (cannot go back to the device):",
+    "none": "  none",
+    "pinned_row": "  {address}  {size:>10}, {free:>10} free, {live} live: {holders}",
+    "pinned_more": "  ... and {n} more, {free} free in them",
+    "no_replay": "no replay: {why}",
+    "verdict": "verdict: {line}",
+    "block_one": "{n} block",
+    "block_many": "{n} blocks",
+    "segment_one": "{n} segment",
+    "segment_many": "{n} segments",
+})
+BEFORE_RECORDING = TEXT["before_recording"].english  # the holders' names in the JSON
+OFF_THE_RUN = TEXT["off_the_run"].english
+
+
+_MADE_UP_NAMES = ("before_recording", "off_the_run", "no_stack", "no_python_frame", "grad_tensors", "autograd_engine")
+
+
+def holder_name(frame: str) -> str:
+    """A holder's name as shown: the names minialloc makes up translated, a frame of the program as it is."""
+    for key in _MADE_UP_NAMES:
+        frame = frame.replace(TEXT[key].english, say(TEXT, key))
+    return frame
+
+
+def _pool_name(pool: str) -> str:
+    """pool_states' English name ("default large", "private (1, 2) small") in the notebook's language."""
+    owner, _, kind = pool.rpartition(" ")
+    shown_kind = say(TEXT, kind) if kind in ("large", "small") else kind
+    if owner == "default":
+        return say(TEXT, "pool_default", kind=shown_kind)
+    if owner.startswith("private "):
+        return say(TEXT, "pool_private", id=owner.removeprefix("private "), kind=shown_kind)
+    return pool
 
 
 @dataclass
@@ -134,55 +199,52 @@ class Diagnosis:
         size = readable_size
         lines = []
         if self.diverged_at is not None:
-            lines.append(f"warning: the replay diverges from the run at trace entry {self.diverged_at} (see "
-                         "minialloc replay --check): the figures below are unreliable")
+            lines.append(say(TEXT, "warning_diverges", entry=self.diverged_at))
         if self.moment == "snapshot":
-            lines.append(f"device {self.device}, the state the snapshot holds")
+            lines.append(say(TEXT, "snapshot_state", device=self.device))
         else:
-            where = {"failure": "at the first failure", "peak": "at the peak of reserved memory",
-                     "entry": "at the chosen entry"}[self.moment]
-            lines.append(f"device {self.device}, {where}: before trace entry {self.entry}"
-                         + (f" (a request of {size(self.request)})" if self.request else ""))
+            where = say(TEXT, {"failure": "at_failure", "peak": "at_peak", "entry": "at_entry"}[self.moment])
+            lines.append(say(TEXT, "moment", device=self.device, where=where, entry=self.entry)
+                         + (say(TEXT, "request", size=size(self.request)) if self.request else ""))
         if self.capacity is not None:
-            lines[-1] += f", on a device of {size(self.capacity)}"
-        free = (f"cached free {size(self.cached_free)}, of it unusable for the request {size(self.unusable)}"
-                if self.unusable is not None else f"cached free {size(self.cached_free)}")
+            lines[-1] += say(TEXT, "on_device", size=size(self.capacity))
+        free = (say(TEXT, "cached_free_unusable", size=size(self.cached_free), unusable=size(self.unusable))
+                if self.unusable is not None else say(TEXT, "cached_free", size=size(self.cached_free)))
         lines += [
-            f"  reserved {size(self.reserved)} · allocated {size(self.allocated)} · {free}",
-            f"  largest cached free block {size(self.largest_cached_free_block)}"
+            say(TEXT, "totals", reserved=size(self.reserved), allocated=size(self.allocated), free=free),
+            say(TEXT, "largest", size=size(self.largest_cached_free_block))
             + ("" if self.oom_largest_free_block is None else
-               f" (counting the device's free memory too, as the OOM message does: "
-               f"{size(self.oom_largest_free_block)})"),
+               say(TEXT, "largest_oom", size=size(self.oom_largest_free_block))),
         ]
         for p in self.pools:
-            lines.append(f"  {p.pool} pool: {_count(p.segments, 'segment')}, {size(p.reserved)} reserved, "
-                         f"{size(p.cached_free)} cached free (largest {size(p.largest_free_block)}, "
-                         f"fragmentation {p.fragmentation:.0%})")
-        lines += ["", "who holds the memory (live blocks by the top user frame that allocated them):"]
+            lines.append(say(TEXT, "pool", pool=_pool_name(p.pool), segments=_count(p.segments, "segment"),
+                             reserved=size(p.reserved), free=size(p.cached_free), largest=size(p.largest_free_block),
+                             fragmentation=f"{p.fragmentation:.0%}"))
+        lines += ["", say(TEXT, "who_holds")]
         for h in self.holders[:top]:
             lines.append(f"  {size(h.bytes):>11}  {_count(h.blocks, 'block'):>11}  {_count(h.segments, 'segment'):>12}"
-                         f"  {h.frame}")
+                         f"  {holder_name(h.frame)}")
         if len(self.holders) > top:
             rest = self.holders[top:]
             lines.append(f"  {size(sum(h.bytes for h in rest)):>11}  "
-                         f"{_count(sum(h.blocks for h in rest), 'block'):>11}  {'':>12}  in {len(rest)} more places")
-        lines += ["", f"segments mostly free but pinned by at most {PINNED_MAX_LIVE} live blocks (cannot go back "
-                  "to the device):"]
+                         f"{_count(sum(h.blocks for h in rest), 'block'):>11}  {'':>12}  "
+                         + say(TEXT, "more_places", n=len(rest)))
+        lines += ["", say(TEXT, "pinned", n=PINNED_MAX_LIVE)]
         if not self.pinned:
-            lines.append("  none")
+            lines.append(say(TEXT, "none"))
         for p in self.pinned[:top]:
-            lines.append(f"  {p.address:#x}  {size(p.size):>10}, {size(p.free):>10} free, "
-                         f"{p.live_blocks} live: {', '.join(p.holders)}")
+            lines.append(say(TEXT, "pinned_row", address=f"{p.address:#x}", size=size(p.size), free=size(p.free),
+                             live=p.live_blocks, holders=", ".join(holder_name(h) for h in p.holders)))
         if len(self.pinned) > top:
-            lines.append(f"  ... and {len(self.pinned) - top} more, "
-                         f"{size(sum(p.free for p in self.pinned[top:]))} free in them")
+            lines.append(say(TEXT, "pinned_more", n=len(self.pinned) - top,
+                             free=size(sum(p.free for p in self.pinned[top:]))))
         if self.no_replay:
-            lines += ["", f"no replay: {self.no_replay}"]  # one line, whole: it is what to do next time
+            lines += ["", say(TEXT, "no_replay", why=self.no_replay)]  # one line, whole: what to do next time
         if self.verdict:
             # one short line each (the verdict's own lines are long sentences): wrapped for a terminal
             lines.append("")
             for k, line in enumerate(self.verdict.splitlines()):
-                lines += textwrap.wrap(f"verdict: {line}" if k == 0 else line, width,
+                lines += textwrap.wrap(say(TEXT, "verdict", line=line) if k == 0 else line, width,
                                        subsequent_indent="  ", break_on_hyphens=False)
         return "\n".join(lines)
 
@@ -191,7 +253,8 @@ PINNED_MAX_LIVE = 4  # "a few" live blocks: a segment crowded with more is in us
 
 
 def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    """"1 block", "3 blocks" (or "segment"), in the notebook's language."""
+    return say(TEXT, f"{word}_one" if n == 1 else f"{word}_many", n=n)
 
 
 def _check_at(trace: DeviceTrace, at: int) -> None:

@@ -10,7 +10,8 @@ Code that shows words to a learner (the stepper's and pictures' labels, the exer
 quiz's interface) writes them in English, in a table made by ``messages``, and asks ``say`` for one of them when it
 draws, prints or raises, so the text follows ``get_lang()`` at that moment. Without ``set_lang`` the language comes
 from the environment variable MINIALLOC_LANG, else English, so the English chapters and every script stay as
-they are.
+they are. ``set_lang`` also exports MINIALLOC_LANG, so the commands a chapter starts (``python -m minialloc
+replay ...`` in a subprocess) answer in the chapter's language while its code cells stay those of the English.
 
 The translations live where the notebooks' do, in gettext catalogs, the way Python's ``gettext`` module and GNU
 gettext hold them: ``<package>/locale/<lang>/LC_MESSAGES/<package>.po``, one per package (minialloc, quizzes),
@@ -34,6 +35,8 @@ DEFAULT = "en"
 ENV_VAR = "MINIALLOC_LANG"
 
 _lang: str | None = None  # set by set_lang; None means "ask the environment"
+_UNSET = object()
+_env_before: object = _UNSET  # MINIALLOC_LANG as it was before set_lang first exported it (None: absent)
 
 
 def check_lang(lang: str) -> str:
@@ -44,9 +47,20 @@ def check_lang(lang: str) -> str:
 
 
 def set_lang(lang: str | None) -> None:
-    """Make ``lang`` the language of everything shown from now on; ``None`` goes back to MINIALLOC_LANG or English."""
-    global _lang
+    """Make ``lang`` the language of everything shown from now on, in this process and in the subprocesses it
+    starts (MINIALLOC_LANG is exported); ``None`` goes back to MINIALLOC_LANG as it was before, or English."""
+    global _lang, _env_before
     _lang = None if lang is None else check_lang(lang)
+    if _lang is not None:
+        if _env_before is _UNSET:
+            _env_before = os.environ.get(ENV_VAR)
+        os.environ[ENV_VAR] = _lang
+    elif _env_before is not _UNSET:
+        if _env_before is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = str(_env_before)
+        _env_before = _UNSET
 
 
 def get_lang() -> str:
@@ -64,13 +78,12 @@ def get_lang() -> str:
 @contextmanager
 def using(lang: str) -> Iterator[str]:
     """Speak ``lang`` inside the ``with`` block only (tests, or one picture in another language)."""
-    global _lang
     before = _lang
     set_lang(lang)
     try:
         yield lang
     finally:
-        _lang = before
+        set_lang(before)
 
 
 def pick(text: Mapping[str, str], lang: str | None = None) -> str:

@@ -28,7 +28,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .sizes import format_size
+from .lang import messages, say
+from .sizes import pytorch_format_size as format_size  # PyTorch's message: English, byte for byte
+
+# minialloc's own line under PyTorch's message; PyTorch's text itself is never translated
+TEXT = messages("minialloc.oom.TEXT", {
+    "minialloc_line": "minialloc: the largest free block is {largest} of {free} free in all (fragmentation "
+                      "{fragmentation}).",
+})
 
 # PyTorch 2.13's hint, word for word (with its two double spaces).
 EXPANDABLE_HINT = (
@@ -93,11 +100,9 @@ class OOMReport:
         )
 
     def minialloc_line(self) -> str:
-        """minialloc's addition, on its own line."""
-        return (
-            f"minialloc: the largest free block is {format_size(self.largest_free_block)} of "
-            f"{format_size(self.total_free)} free in all (fragmentation {self.fragmentation:.2f})."
-        )
+        """minialloc's addition, on its own line: in the notebook's language (PyTorch's part stays English)."""
+        return say(TEXT, "minialloc_line", largest=format_size(self.largest_free_block),
+                   free=format_size(self.total_free), fragmentation=f"{self.fragmentation:.2f}")
 
     def message(self) -> str:
         return f"{self.pytorch_message()}\n{self.minialloc_line()}"

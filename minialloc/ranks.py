@@ -16,9 +16,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .diagnose import diagnose_state
+from .diagnose import diagnose_state, holder_name
+from .lang import messages, say
 from .sizes import readable_size
 from .trace import TraceError, devices, read_snapshot
+
+# The table and the verdict in the notebook's (or MINIALLOC_LANG's) language; as_dict (the JSON) keeps English.
+TEXT = messages("minialloc.ranks.TEXT", {
+    "no_failure": "no rank's trace has an oom entry: none of these snapshots records a failure",
+    "all_failed": "every rank's trace has an oom entry ({failed} of {ranks}): nothing to compare them with",
+    "reserved": "reserved",
+    "allocated": "allocated",
+    "cached_free": "cached free",
+    "largest_free_block": "largest free block",
+    "same_holder": "the same top holder as the others",
+    "top_holder": "top holder {holder} ({size})",
+    "failed": "rank {rank} (device {device}) failed; against the median of the {others} others: {parts}; {holder}",
+    "col_rank": "rank",
+    "col_device": "dev",
+    "col_reserved": "reserved",
+    "col_allocated": "allocated",
+    "col_cached_free": "cached free",
+    "col_largest_free": "largest free",
+    "col_fragmentation": "frag",
+    "col_top_holder": "top holder",
+})
 
 __all__ = ["RankState", "rank_files", "rank_states", "rank_table", "rank_verdict"]
 
@@ -86,32 +108,35 @@ def rank_verdict(rows: list[RankState]) -> str:
     failed = [r for r in rows if r.failed]
     others = [r for r in rows if not r.failed]
     if not failed:
-        return "no rank's trace has an oom entry: none of these snapshots records a failure"
+        return say(TEXT, "no_failure")
     if not others:
-        return f"every rank's trace has an oom entry ({len(failed)} of {len(rows)}): nothing to compare them with"
+        return say(TEXT, "all_failed", failed=len(failed), ranks=len(rows))
     lines = []
     for r in failed:
         parts = []
-        for name, key in (("reserved", "reserved"), ("allocated", "allocated"), ("cached free", "cached_free"),
-                          ("largest free block", "largest_free_block")):
+        for key in ("reserved", "allocated", "cached_free", "largest_free_block"):
             mine, median = getattr(r, key), int(statistics.median(getattr(o, key) for o in others))
             sign = "+" if mine >= median else "-"
-            parts.append(f"{name} {readable_size(mine)} ({sign}{readable_size(abs(mine - median))})")
+            parts.append(f"{say(TEXT, key)} {readable_size(mine)} ({sign}{readable_size(abs(mine - median))})")
         top = {o.top_holder for o in others}
-        holder = ("the same top holder as the others" if top == {r.top_holder}
-                  else f"top holder {r.top_holder} ({readable_size(r.top_holder_bytes)})")
-        lines.append(f"rank {r.rank} (device {r.device}) failed; against the median of the {len(others)} others: "
-                     + ", ".join(parts) + f"; {holder}")
+        holder = (say(TEXT, "same_holder") if top == {r.top_holder}
+                  else say(TEXT, "top_holder", holder=holder_name(r.top_holder),
+                           size=readable_size(r.top_holder_bytes)))
+        lines.append(say(TEXT, "failed", rank=r.rank, device=r.device, others=len(others), parts=", ".join(parts),
+                         holder=holder))
     return "\n".join(lines)
 
 
 def rank_table(rows: list[RankState]) -> str:
-    head = f"{'rank':>4} {'dev':>3} {'reserved':>11} {'allocated':>11} {'cached free':>11} {'largest free':>12} " \
-           f"{'frag':>5}  top holder"
-    out = [head]
+    keys = ("rank", "device", "reserved", "allocated", "cached_free", "largest_free", "fragmentation")
+    head = [say(TEXT, f"col_{key}") for key in keys]
+    # a heading longer in the notebook's language widens its column
+    widths = [max(w, len(h)) for w, h in zip((4, 3, 11, 11, 11, 12, 5), head, strict=True)]
+    out = [" ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)) + "  " + say(TEXT, "col_top_holder")]
     for r in rows:
-        out.append(f"{r.rank:>4} {r.device:>3} {readable_size(r.reserved):>11} {readable_size(r.allocated):>11} "
-                   f"{readable_size(r.cached_free):>11} {readable_size(r.largest_free_block):>12} "
-                   f"{r.fragmentation:>5.0%}  {r.top_holder} ({readable_size(r.top_holder_bytes)})"
+        cells = (str(r.rank), str(r.device), readable_size(r.reserved), readable_size(r.allocated),
+                 readable_size(r.cached_free), readable_size(r.largest_free_block), f"{r.fragmentation:.0%}")
+        out.append(" ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+                   + f"  {holder_name(r.top_holder)} ({readable_size(r.top_holder_bytes)})"
                    + ("  <- OOM" if r.failed else ""))
     return "\n".join(out)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from .allocator import CachingAllocator
 from .device import DeviceError, SimulatedGPU
+from .lang import messages, say
 from .oom import OutOfMemoryError
 from .relay import relay_start
 from .sizes import PAGE_SIZE, readable_size
@@ -58,6 +59,80 @@ from .trace import (
     user_frames,
 )
 from .workloads import MemoryOp
+
+# What replay and --check print for a person, in the notebook's (or MINIALLOC_LANG's) language: minialloc.lang.
+# The JSON keeps its English keys; the labels and notes a result carries stay English there too and are
+# translated when shown (shown_label, verdict).
+TEXT = messages("minialloc.replay.TEXT", {
+    "check": "device {device}: {ok} of {total} allocations at the recorded address",
+    "ooms_reproduced": "  {reproduced} of {recorded} recorded out-of-memory failures reproduced on a device of "
+                       "{capacity} (reserved + device free at the first one)",
+    "ooms_not_reproduced": "  {reproduced} of {recorded} recorded out-of-memory failures NOT reproduced on a device "
+                           "of {capacity} (reserved + device free at the first one)",
+    "from_frames": " (from {frames})",
+    "landed_new_segment": "in memory the run never reserved: the replay asked the device for a new segment where "
+                          "the run served the request from its cache",
+    "landed_elsewhere": "elsewhere in the run's segments",
+    "first_divergence": "  first divergence at trace entry {entry}: a request of {size}{where} that the run placed "
+                        "at {recorded} went to {replayed}, {landed}",
+    "around": "  the trace around it:",
+    "unreliable": "  from entry {entry} on the replay does not follow the run, so what replay and diagnose report "
+                  "past it is unreliable: the snapshot's allocator_settings, or minialloc's model of the allocator, "
+                  "do not match this run there (please report it with the snapshot)",
+    "as_recorded": "as recorded ({config})",
+    "relaid": "{config}, re-laid",
+    "recorded_settings": "the recorded settings ({config})",
+    "warning_diverges": "warning: the replay under the recorded settings diverges from the run at trace entry "
+                        "{entry} (see --check): these figures are unreliable",
+    "note_from_empty": "note: replayed from an empty GPU (--from-empty), leaving out the {reserved} the run had "
+                       "reserved at the first trace entry ({blocks} live, {requested} requested); drop "
+                       "--from-empty for the run's own figures",
+    "block_one": "{n} block",
+    "block_many": "{n} blocks",
+    "note": "note: {labels}: {note}",
+    "and": " and ",
+    "note_expandable_start": "replayed on top of the run's expandable segments (rebuilt as they were, with "
+                             "mappings it never makes itself), so its peak is no estimate of a run under it from "
+                             "the start: compare the rows with --from-empty",
+    "note_relaid_no_fit": "the live blocks at the first trace entry do not fit on this device under it",
+    "the_run": "the run",
+    "the_run_from_empty": "the replay from an empty GPU",
+    "no_limit_peak": "no capacity limit: under the recorded settings {run} peaks at {peak} reserved",
+    "lowest_peak": "{peak}; the lowest peak is {lowest}, with {name}",
+    "smallest_device": "{peak}; the smallest device found is {size}, with {name}",
+    "bounded": " (bounded by the {reserved} already reserved at the first trace entry: record from earlier in the "
+               "run to see what a setting changes before it)",
+    "fits": "{run} fits in {capacity} under the recorded settings (peak reserved {peak}); the lowest peak is "
+            "{lowest}, with {name}",
+    "relaid_fits": "the recorded settings fail as recorded, but fit in {capacity} once the blocks at the first "
+                   "trace entry are re-laid ({others} too): the OOM comes from how memory was laid out before the "
+                   "trace began; record from earlier in the run to see which setting avoids it",
+    "no_other": "no other setting",
+    "saves": "{name} saves this run: it fits in {capacity} (peak reserved {peak})",
+    "fragmentation": "no setting tried saves this run, yet {live} live + the {request} request at trace entry "
+                     "{entry} fit in {capacity}: the cause is fragmentation",
+    "fragmentation_before": ". The {reserved} of segments made before the trace began stay as they were in a "
+                            "replay, whatever the setting: turn on expandable_segments:True in the run itself, or "
+                            "record from earlier in the run to replay it",
+    "needs_more": "no setting saves this run: {live} are live at trace entry {entry} when {request} is requested, "
+                  "on a device of {capacity}: it needs at least {more} more memory or fewer live tensors",
+})
+_NOTE_KEYS = ("note_expandable_start", "note_relaid_no_fit")
+
+
+def shown_label(r: ReplayResult) -> str:
+    """A row's label as a person reads it, in the notebook's language (the result keeps the English for JSON)."""
+    if r.label == f"as recorded ({r.config})":
+        return say(TEXT, "as_recorded", config=r.config)
+    if r.label == f"{r.config}, re-laid":
+        return say(TEXT, "relaid", config=r.config)
+    return r.label
+
+
+def _shown_note(note: str) -> str:
+    key = next((k for k in _NOTE_KEYS if TEXT[k].english == note), None)
+    return note if key is None else say(TEXT, key)
+
 
 __all__ = ["ReplayResult", "StartStateDoesNotFit", "TraceError", "UNLIMITED", "check_trace", "read_trace", "replay",
            "replay_ops", "replay_trace", "smallest_capacity", "state_at_trace_start", "verdict", "what_if",
@@ -390,25 +465,20 @@ class CheckResult:
         return self.allocations == self.at_recorded_address and self.reproduced_ooms == self.recorded_ooms
 
     def summary(self) -> str:
-        lines = [f"device {self.device}: {self.at_recorded_address} of {self.allocations} allocations at the "
-                 "recorded address"]
+        lines = [say(TEXT, "check", device=self.device, ok=self.at_recorded_address, total=self.allocations)]
         if self.recorded_ooms:
-            how = "reproduced" if self.reproduced_ooms == self.recorded_ooms else "NOT reproduced"
-            lines.append(f"  {self.reproduced_ooms} of {self.recorded_ooms} recorded out-of-memory failures "
-                         f"{how} on a device of {readable_size(self.capacity or 0)} (reserved + device free at the "
-                         "first one)")
+            how = "ooms_reproduced" if self.reproduced_ooms == self.recorded_ooms else "ooms_not_reproduced"
+            lines.append(say(TEXT, how, reproduced=self.reproduced_ooms, recorded=self.recorded_ooms,
+                             capacity=readable_size(self.capacity or 0)))
         if self.first_divergence is None:
             return "\n".join(lines)
-        where = f" (from {'; '.join(self.frames)})" if self.frames else ""
-        landed = ("in memory the run never reserved: the replay asked the device for a new segment where the run "
-                  "served the request from its cache" if self.new_segment else "elsewhere in the run's segments")
-        lines += [f"  first divergence at trace entry {self.first_divergence}: a request of "
-                  f"{readable_size(self.request)}{where} that the run placed at {self.recorded_address:#x} went to "
-                  f"{self.replayed_address:#x}, {landed}",
-                  "  the trace around it:", *("    " + c for c in self.context),
-                  f"  from entry {self.first_divergence} on the replay does not follow the run, so what replay and "
-                  "diagnose report past it is unreliable: the snapshot's allocator_settings, or minialloc's "
-                  "model of the allocator, do not match this run there (please report it with the snapshot)"]
+        where = say(TEXT, "from_frames", frames="; ".join(self.frames)) if self.frames else ""
+        landed = say(TEXT, "landed_new_segment" if self.new_segment else "landed_elsewhere")
+        lines += [say(TEXT, "first_divergence", entry=self.first_divergence, size=readable_size(self.request),
+                      where=where, recorded=f"{self.recorded_address:#x}", replayed=f"{self.replayed_address:#x}",
+                      landed=landed),
+                  say(TEXT, "around"), *("    " + c for c in self.context),
+                  say(TEXT, "unreliable", entry=self.first_divergence)]
         return "\n".join(lines)
 
 
@@ -456,10 +526,7 @@ def replay_trace(
         result.left_out_live_blocks, result.left_out_live_bytes = trace.recorded_live_at_start
     elif (any(s["is_expandable"] for s in trace.start_segments)
           and "expandable_segments:true" not in config.replace(" ", "").lower()):
-        result.notes.append(
-            "replayed on top of the run's expandable segments (rebuilt as they were, with mappings it never "
-            "makes itself), so its peak is no estimate of a run under it from the start: compare the rows with "
-            "--from-empty")
+        result.notes.append(TEXT["note_expandable_start"].english)  # English in the JSON; verdict translates it
     live: dict[int, int] = {addr: addr for addr in trace.live_at_start}
     # placing new segments where the run got them is right only while the replay follows the run exactly
     return _run_ops(trace, a, gpu, result, live, check=check, keep_samples=keep_samples, until=until,
@@ -476,7 +543,7 @@ def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, lab
     live, failure = relay_start(trace, a, cache=cache)
     if failure is not None:
         size, e = failure
-        result.notes.append("the live blocks at the first trace entry do not fit on this device under it")
+        result.notes.append(TEXT["note_relaid_no_fit"].english)
         _failed(result, trace, 0, size, e, a)
         stats = a.memory_stats()
         result.peak_allocated = stats["allocated_bytes.all.peak"]
@@ -698,7 +765,7 @@ def what_if_trace(
 
 def _name(r: ReplayResult, recorded: ReplayResult) -> str:
     """A row as a sentence names it: the first row is the run's own settings."""
-    return f"the recorded settings ({r.config})" if r is recorded else r.label
+    return say(TEXT, "recorded_settings", config=r.config) if r is recorded else shown_label(r)
 
 
 def verdict(results: Sequence[ReplayResult], capacity: int | None, reserved_at_start: int = 0) -> str:
@@ -709,77 +776,66 @@ def verdict(results: Sequence[ReplayResult], capacity: int | None, reserved_at_s
     recorded = results[0]
     lines = []
     if recorded.diverged_at is not None:
-        lines.append(f"warning: the replay under the recorded settings diverges from the run at trace entry "
-                     f"{recorded.diverged_at} (see --check): these figures are unreliable")
+        lines.append(say(TEXT, "warning_diverges", entry=recorded.diverged_at))
     lines.append(_verdict_line(results, capacity, reserved_at_start))
     if recorded.left_out_reserved or recorded.left_out_live_blocks:
-        lines.append(f"note: replayed from an empty GPU (--from-empty), leaving out the "
-                     f"{readable_size(recorded.left_out_reserved)} the run had reserved at the first trace entry "
-                     f"({recorded.left_out_live_blocks} {_plural(recorded.left_out_live_blocks, 'block')} live, "
-                     f"{readable_size(recorded.left_out_live_bytes)} requested); drop --from-empty for the run's "
-                     "own figures")
+        n = recorded.left_out_live_blocks
+        lines.append(say(TEXT, "note_from_empty", reserved=readable_size(recorded.left_out_reserved),
+                         blocks=say(TEXT, "block_one" if n == 1 else "block_many", n=n),
+                         requested=readable_size(recorded.left_out_live_bytes)))
     labelled: dict[str, list[str]] = {}  # one line per caveat, naming every row it applies to
     for r in results:
         for n in r.notes:
-            labelled.setdefault(n, []).append(r.label)
-    lines += [f"note: {' and '.join(labels)}: {n}" for n, labels in labelled.items()]
+            labelled.setdefault(n, []).append(shown_label(r))
+    lines += [say(TEXT, "note", labels=say(TEXT, "and").join(labels), note=_shown_note(n))
+              for n, labels in labelled.items()]
     return "\n".join(lines)
-
-
-def _plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"
 
 
 def _verdict_line(results: Sequence[ReplayResult], capacity: int | None, reserved_at_start: int) -> str:
     recorded = results[0]
     # a replay from an empty GPU that left out what the run held is not "the run"
-    run = "the replay from an empty GPU" if recorded.left_out_reserved or recorded.left_out_live_blocks else "the run"
+    run = say(TEXT, "the_run_from_empty" if recorded.left_out_reserved or recorded.left_out_live_blocks
+              else "the_run")
     if capacity is None:
-        peak = (f"no capacity limit: under the recorded settings {run} peaks at "
-                f"{readable_size(recorded.peak_reserved)} reserved")
+        peak = say(TEXT, "no_limit_peak", run=run, peak=readable_size(recorded.peak_reserved))
         fitted = [r for r in results if r.fits_on is not None]
         if not fitted:  # no search ran (--no-fit): compare the peaks, which were measured
             best = min(results, key=lambda r: r.peak_reserved)
-            return f"{peak}; the lowest peak is {readable_size(best.peak_reserved)}, with {_name(best, recorded)}"
+            return say(TEXT, "lowest_peak", peak=peak, lowest=readable_size(best.peak_reserved),
+                       name=_name(best, recorded))
         best = min(fitted, key=lambda r: (r.fits_on, r.peak_reserved))
-        line = (f"{peak}; the smallest device found is {readable_size(best.fits_on or 0)}, "
-                f"with {_name(best, recorded)}")
+        line = say(TEXT, "smallest_device", peak=peak, size=readable_size(best.fits_on or 0),
+                   name=_name(best, recorded))
         if reserved_at_start and not best.relaid and (best.fits_on or 0) <= reserved_at_start + PAGE_SIZE:
-            line += (f" (bounded by the {readable_size(reserved_at_start)} already reserved at the first trace "
-                     "entry: record from earlier in the run to see what a setting changes before it)")
+            line += say(TEXT, "bounded", reserved=readable_size(reserved_at_start))
         return line
     saved = [r for r in results if not r.failed]
     if not recorded.failed:
         best = min(results, key=lambda r: r.peak_reserved)
-        return (f"{run} fits in {readable_size(capacity)} under the recorded settings (peak reserved "
-                f"{readable_size(recorded.peak_reserved)}); the lowest peak is {readable_size(best.peak_reserved)}, "
-                f"with {_name(best, recorded)}")
+        return say(TEXT, "fits", run=run, capacity=readable_size(capacity), peak=readable_size(recorded.peak_reserved),
+                   lowest=readable_size(best.peak_reserved), name=_name(best, recorded))
     own = next((r for r in results if r.relaid and r.config == recorded.config), None)
     if own is not None and not own.failed:
         # re-laid, the run's own settings fit too: the failure came from where the blocks sat before the trace
         # began, which a re-laid start (the same blocks, placed again in address order) does not reproduce
-        others = [r.label for r in saved if r is not own]
-        return (f"the recorded settings fail as recorded, but fit in {readable_size(capacity)} once the blocks "
-                f"at the first trace entry are re-laid ({', '.join(others) or 'no other setting'} too): the OOM "
-                "comes from how memory was laid out before the trace began; record from earlier in the run to see "
-                "which setting avoids it")
+        others = [shown_label(r) for r in saved if r is not own]
+        return say(TEXT, "relaid_fits", capacity=readable_size(capacity),
+                   others=", ".join(others) or say(TEXT, "no_other"))
     if saved:
         best = min(saved, key=lambda r: r.peak_reserved)
-        return (f"{best.label} saves this run: it fits in {readable_size(capacity)} "
-                f"(peak reserved {readable_size(best.peak_reserved)})")
+        return say(TEXT, "saves", name=shown_label(best), capacity=readable_size(capacity),
+                   peak=readable_size(best.peak_reserved))
     live, request, entry = recorded.live_at_failure, recorded.first_failure_size, recorded.first_failure_entry
     if live + request <= capacity:
         # enough memory in all, in pieces: fragmentation, which the settings tried could not undo
-        line = (f"no setting tried saves this run, yet {readable_size(live)} live + the {readable_size(request)} "
-                f"request at trace entry {entry} fit in {readable_size(capacity)}: the cause is fragmentation")
+        line = say(TEXT, "fragmentation", live=readable_size(live), request=readable_size(request), entry=entry,
+                   capacity=readable_size(capacity))
         if reserved_at_start and not any(r.relaid for r in results):
-            line += (f". The {readable_size(reserved_at_start)} of segments made before the trace began stay as "
-                     "they were in a replay, whatever the setting: turn on expandable_segments:True in the run "
-                     "itself, or record from earlier in the run to replay it")
+            line += say(TEXT, "fragmentation_before", reserved=readable_size(reserved_at_start))
         return line
-    return (f"no setting saves this run: {readable_size(live)} are live at trace entry {entry} when "
-            f"{readable_size(request)} is requested, on a device of {readable_size(capacity)}: it needs at least "
-            f"{readable_size(live + request - capacity)} more memory or fewer live tensors")
+    return say(TEXT, "needs_more", live=readable_size(live), entry=entry, request=readable_size(request),
+               capacity=readable_size(capacity), more=readable_size(live + request - capacity))
 
 
 def open_device_traces(path: str | Path, device: int | None = None, from_empty: bool = False

@@ -77,6 +77,7 @@ import numpy as np
 from .allocator import CachingAllocator
 from .config import AllocatorConfig
 from .device import SimulatedGPU
+from .lang import messages, say
 from .oom import OutOfMemoryError
 from .paging import (
     DEFAULT_BLOCK_SIZE,
@@ -273,6 +274,32 @@ def simulate_contiguous(requests: Sequence[Request], spec: KVSpec = OPT_13B, kv_
 # result keys of the four systems, in table order, with their column labels; "contiguous" is the paper's baseline
 SYSTEMS = {"contiguous": "contiguous (max)", "contiguous_pow2": "contiguous (pow2)",
            "contiguous_oracle": "contiguous (oracle)", "paged": "paged"}
+# format_table's words, in the notebook's (or MINIALLOC_LANG's) language; --json keeps English
+TEXT = messages("minialloc.serving.TEXT", {
+    "sys_contiguous": "contiguous (max)",
+    "sys_contiguous_pow2": "contiguous (pow2)",
+    "sys_contiguous_oracle": "contiguous (oracle)",
+    "sys_paged": "paged",
+    "header": "serve-sim: {label} trace, {requests} requests (seed {seed}): mean input {mean_input}, mean output "
+              "{mean_output} tokens",
+    "kv": "KV: {per_token}/token, {total} ({blocks} blocks of {block_size} tokens), max_model_len {max_len}",
+    "in_use": "KV memory in use, time-averaged",
+    "holding": "  holding tokens",
+    "reserved": "  reserved (future tokens)",
+    "internal": "  internal fragmentation",
+    "external": "  external fragmentation",
+    "max_concurrent": "max concurrent sequences",
+    "steps": "decode steps to serve the trace",
+    "preemptions": "preemptions ({mode})",
+    "paper": "paper (Fig. 2): contiguous KV holds tokens in {low}-{high} of its memory; paged wastes under one block "
+             "per sequence",
+    "gain": "paged runs {gain}x as many sequences at once as {baseline}",
+    "sharing": "Sharing (paged, first {n} requests): blocks saved / blocks without sharing",
+    "width": "width {n}",
+    "paper_column": "paper",
+    "parallel": "parallel sampling",
+    "beam": "beam search",
+})
 POLICIES = {"contiguous": "max", "contiguous_pow2": "pow2", "contiguous_oracle": "oracle"}
 
 
@@ -329,35 +356,36 @@ def format_table(result: dict) -> str:
     """The comparison as a plain-text table (what `minialloc serve-sim` prints)."""
     names = [n for n in SYSTEMS if n in result]
     paged = result["paged"]
+    low, high = result["paper"]["token_share_contiguous"]
     lines = [
-        f"serve-sim: {result['label']} trace, {result['num_requests']} requests (seed {result['seed']}): "
-        f"mean input {result['mean_input']:.1f}, mean output {result['mean_output']:.1f} tokens",
-        f"KV: {format_size(result['bytes_per_token'])}/token, {format_size(result['kv_bytes'])} "
-        f"({paged['num_blocks']} blocks of {result['block_size']} tokens), max_model_len {result['max_model_len']}",
+        say(TEXT, "header", label=result["label"], requests=result["num_requests"], seed=result["seed"],
+            mean_input=f"{result['mean_input']:.1f}", mean_output=f"{result['mean_output']:.1f}"),
+        say(TEXT, "kv", per_token=format_size(result["bytes_per_token"]), total=format_size(result["kv_bytes"]),
+            blocks=paged["num_blocks"], block_size=result["block_size"], max_len=result["max_model_len"]),
         "",
-        f"{'KV memory in use, time-averaged':<34}" + "".join(f"{SYSTEMS[n]:>21}" for n in names),
+        f"{say(TEXT, 'in_use'):<34}" + "".join(f"{say(TEXT, 'sys_' + n):>21}" for n in names),
     ]
 
     def row(label: str, fmt: str, key: str) -> str:
         return f"{label:<34}" + "".join(f"{format(result[n][key], fmt):>21}" for n in names)
 
     lines += [
-        row("  holding tokens", ".1%", "token_share"),
-        row("  reserved (future tokens)", ".1%", "reserved_share"),
-        row("  internal fragmentation", ".1%", "internal_share"),
-        row("  external fragmentation", ".1%", "external_share"),
-        row("max concurrent sequences", "d", "max_concurrent"),
-        row("decode steps to serve the trace", "d", "steps"),
-        row(f"preemptions ({result['preemption']})", "d", "preemptions"),
-        "paper (Fig. 2): contiguous KV holds tokens in {:.1%}-{:.1%} of its memory; paged wastes under one block"
-        " per sequence".format(*result["paper"]["token_share_contiguous"]),
-        f"paged runs {result['concurrency_gain']:.1f}x as many sequences at once as contiguous (max)",
+        row(say(TEXT, "holding"), ".1%", "token_share"),
+        row(say(TEXT, "reserved"), ".1%", "reserved_share"),
+        row(say(TEXT, "internal"), ".1%", "internal_share"),
+        row(say(TEXT, "external"), ".1%", "external_share"),
+        row(say(TEXT, "max_concurrent"), "d", "max_concurrent"),
+        row(say(TEXT, "steps"), "d", "steps"),
+        row(say(TEXT, "preemptions", mode=result["preemption"]), "d", "preemptions"),
+        say(TEXT, "paper", low=f"{low:.1%}", high=f"{high:.1%}"),
+        say(TEXT, "gain", gain=f"{result['concurrency_gain']:.1f}", baseline=say(TEXT, "sys_contiguous")),
         "",
-        f"Sharing (paged, first {result['sharing_requests']} requests): blocks saved / blocks without sharing",
-        f"{'':<24}" + "".join(f"{'width ' + str(e['width']):>10}" for e in result["sharing"]["parallel"])
-        + f"{'paper':>15}",
+        say(TEXT, "sharing", n=result["sharing_requests"]),
+        f"{'':<24}" + "".join(f"{say(TEXT, 'width', n=e['width']):>10}" for e in result["sharing"]["parallel"])
+        + f"{say(TEXT, 'paper_column'):>15}",
     ]
-    for kind, label in (("parallel", "parallel sampling"), ("beam", "beam search")):
+    for kind in ("parallel", "beam"):
+        label = say(TEXT, kind)
         lo, hi = result["paper"][kind]
         lines.append(f"  {label:<22}" + "".join(f"{e['saving']:>10.1%}" for e in result["sharing"][kind])
                      + f"{f'{lo:.1%}-{hi:.1%}':>15}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from .lang import messages, say
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -25,11 +27,19 @@ _UNITS = {
     "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
     "kib": KiB, "mib": MiB, "gib": GiB, "tib": 1024 * GiB,
 }
+# the one word of a size that is not an international unit (KiB, MiB, GiB are): minialloc's figures say it in the
+# notebook's language; PyTorch's own messages keep pytorch_format_size's English
+TEXT = messages("minialloc.sizes.TEXT", {
+    "bytes": "{n} bytes",
+    "unit_bytes": "bytes",  # an axis's unit, when the sizes are under 4 KiB
+    "decimal_hint": "(decimal; did you mean {binary}?)",
+})
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def format_size(n: int) -> str:
-    """Format a byte count the way PyTorch's OOM message does (format_size in CUDACachingAllocator.cpp).
+def pytorch_format_size(n: int) -> str:
+    """Format a byte count the way PyTorch's OOM message does (format_size in CUDACachingAllocator.cpp), in
+    PyTorch's English whatever the notebook's language: the OOM message must match PyTorch's byte for byte.
 
     Up to 1024 -> "N bytes"; up to 1 MiB -> "x.xx KiB"; up to 1 GiB -> "x.xx MiB"; else "x.xx GiB".
     The bounds are inclusive, so exactly 1 MiB prints "1024.00 KiB", as PyTorch prints it.
@@ -41,6 +51,12 @@ def format_size(n: int) -> str:
     if n <= GiB:
         return f"{n / MiB:.2f} MiB"
     return f"{n / GiB:.2f} GiB"
+
+
+def format_size(n: int) -> str:
+    """pytorch_format_size's figures for a person to read: the same units and bounds, and "N bytes" in the
+    notebook's language (minialloc.lang)."""
+    return say(TEXT, "bytes", n=n) if n <= 1024 else pytorch_format_size(n)
 
 
 def parse_size(value: int | str) -> int:
@@ -73,7 +89,7 @@ def readable_size(n: int) -> str:
     ("1.00 GiB", not PyTorch's "1024.00 MiB"). PyTorch's message keeps format_size, to match it character for
     character."""
     if n < 1024:
-        return f"{n} bytes"
+        return say(TEXT, "bytes", n=n)
     if n < MiB:
         return f"{n / KiB:.2f} KiB"
     if n < GiB:
@@ -88,4 +104,4 @@ def decimal_size_hint(text: str) -> str:
     if m is None or m.group(2).lower() not in ("kb", "mb", "gb", "tb", "k", "m", "g", "t"):
         return ""
     binary = m.group(2)[0].upper() + "iB"
-    return f"(decimal; did you mean {m.group(1)}{binary}?)"
+    return say(TEXT, "decimal_hint", binary=f"{m.group(1)}{binary}")

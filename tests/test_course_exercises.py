@@ -19,6 +19,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from course_i18n.english_scan import english_sentences
+
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
 SOLUTIONS = COURSE / "solutions"
@@ -75,9 +77,42 @@ def run(nb: nbformat.NotebookNode, chapter: Path, monkeypatch: pytest.MonkeyPatc
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
+    if chapter.parent != COURSE:  # the same run, read as a learner of that language: no English sentence
+        english = untranslated_outputs(nb.cells[:-1])
+        assert not english, f"{chapter.parent.name}/{chapter.name}: English in the outputs:\n" + "\n".join(english)
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     line = next(ln for ln in text.splitlines() if ln.startswith(MARK))
     return json.loads(line[len(MARK):])
+
+
+# What a translated chapter may show in English: PyTorch's own OOM message and memory_summary() (what the learner
+# meets in real life, byte for byte; chapter 0 says so and the chapters gloss their fields), the lines PyTorch's
+# memory viewer prints, and code (chapter 1 prints minialloc's functions with inspect.getsource).
+ALLOWED_ENGLISH = [
+    re.compile(r"^( *)def \w+\(.*(?:\n(?:\1 +\S.*)?)*", re.M),  # a printed function: its def and indented body
+    re.compile(r"CUDA out of memory\. Tried to allocate .*?(?:\(https?://\S+\)|$)", re.S | re.M),
+    re.compile(r"^\|.*\|$", re.M),  # memory_summary()'s table rows
+    re.compile(r"^(?:segments|total)\b.*$", re.M),  # torch.cuda._memory_viz stats
+    # the message's and the table's own words, quoted where the text glosses them (the glossaries allow
+    # "out of memory" as a term in both languages)
+    "Tried to allocate", "reserved but unallocated", "out of memory", "Allocated memory", "Active memory",
+    "Requested memory", "GPU reserved memory", "Non-releasable memory",
+]
+
+
+def untranslated_outputs(cells: list[nbformat.NotebookNode]) -> list[str]:
+    """'[cell n] sentence' for every English sentence in the outputs a learner reads (stream, text and HTML)."""
+    found = []
+    for n, cell in enumerate(cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            data = output.get("data", {})
+            text = output.get("text", "") if output.output_type == "stream" else (
+                data.get("text/html") or data.get("text/markdown") or data.get("text/plain", ""))
+            if data.get("text/plain", "").startswith(("<Figure", "<IPython")) and not data.get("text/html"):
+                continue  # a picture: its words are checked where it is drawn (minialloc.viz's tables)
+            text = re.sub(r"<[^>]+>", " ", text)  # HTML: the words, not the tags
+            found += [f"[cell {n}] {s}" for s in english_sentences(text, ALLOWED_ENGLISH)]
+    return found
 
 
 IDS = [p.stem[:2] if p.parent == COURSE else f"{p.parent.name}-{p.stem[:2]}" for p in CHAPTERS]

@@ -272,3 +272,23 @@ def test_practice_quiz_defaults_to_the_notebook_language() -> None:
     with using("vi"):
         assert quizzes.practice(chapter=2, mode="text", seed=1).session.lang == "vi"
         assert quizzes.practice(chapter=2, mode="text", seed=1, lang="de").session.lang == "de"  # asked for
+
+
+def test_set_lang_exports_the_language_to_the_commands_a_chapter_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("MINIALLOC_LANG", "de")  # the learner's shell said German; the chapter says Vietnamese
+    set_lang("vi")
+    child = [sys.executable, "-c", "from minialloc.lang import get_lang; print(get_lang())"]
+    assert subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip() == "vi"
+    with using("en"):
+        assert os.environ["MINIALLOC_LANG"] == "en"
+    assert os.environ["MINIALLOC_LANG"] == "vi"
+    set_lang(None)  # back to the shell's setting, not to the one set_lang exported
+    assert os.environ["MINIALLOC_LANG"] == "de" and get_lang() == "de"
+    monkeypatch.delenv("MINIALLOC_LANG")
+    set_lang("de")
+    set_lang(None)
+    assert "MINIALLOC_LANG" not in os.environ and get_lang() == "en"

@@ -2,7 +2,8 @@
 
 Course chapters 1..6, in English and in the translations (course/vi/, course/de/), are run by
 tests/test_course_exercises.py (blank and with their solutions), and course/solutions/ holds cells, not notebooks to
-run: both are left out here, so no chapter runs three times. The start page runs here in every language.
+run: both are left out here, so no chapter runs three times. The start page runs here in every language, and a
+translated one's outputs are scanned for English sentences, as the chapters' are.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ BLANK_LABS = [ROOT / "labs" / "student" / f"{lab}_{lang}" / f"{lab}_{lang}.ipynb
 ALLOWED_ENGLISH = (
     # PyTorch's out-of-memory message, byte for byte as a learner meets it in real life (chapter 0 says so)
     re.compile(r"CUDA out of memory\. Tried to allocate [^\n]*"),
-    # minialloc's figures under it: English until minialloc/oom.py says them through minialloc.lang (issue 26)
-    re.compile(r"minialloc: the largest free block is [^\n]*"),
 )
 
 
@@ -83,6 +82,11 @@ def test_notebook_runs(path: Path, monkeypatch):
     assert not errors
     if speaks_its_language(path):  # a translated lab with its solutions, read as a learner reads it
         assert english_in_outputs(nb) == []
+    if path.parent in CHAPTER_DIRS - {ROOT / "course"}:  # a translated start page: no English sentence in sight
+        from test_course_exercises import untranslated_outputs
+
+        english = untranslated_outputs(nb.cells)
+        assert not english, f"{path.relative_to(ROOT)}: English in the outputs:\n" + "\n".join(english)
 
 
 @pytest.mark.parametrize("path", BLANK_LABS, ids=[p.parent.name for p in BLANK_LABS])

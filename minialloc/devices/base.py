@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..sizes import PAGE_SIZE, format_size
+from ..sizes import PAGE_SIZE
+from ..sizes import pytorch_format_size as format_size  # the driver's message stays English
 
 if TYPE_CHECKING:
     from .data import DeviceData

@@ -21,6 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..lang import messages, say
+from ..sizes import TEXT as SIZE_TEXT
 from ..sizes import GiB, KiB, MiB, format_size
 
 # Okabe & Ito's palette, chosen to stay distinguishable under the common colour-vision deficiencies.
@@ -143,7 +144,7 @@ def choose_unit(largest: float) -> tuple[int, str]:
     for unit, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
         if largest >= 4 * unit:
             return unit, name
-    return 1, "bytes"
+    return 1, say(SIZE_TEXT, "unit_bytes")
 
 
 def short_size(n: float) -> str:
