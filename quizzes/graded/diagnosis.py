@@ -143,8 +143,11 @@ def _other_process(rng: random.Random) -> OOMReport | None:
     gpu = SimulatedGPU(f"{cap}MiB")
     gpu.malloc(int(cap * rng.uniform(0.7, 0.9)) // 2 * 2 * MiB)  # another process's memory, taken from the device
     alloc = CachingAllocator(gpu, "")
-    for _ in range(rng.randint(1, 4)):
-        alloc.malloc(rng.randrange(50, 400, 2) * MiB)
+    try:
+        for _ in range(rng.randint(1, 4)):
+            alloc.malloc(rng.randrange(50, 400, 2) * MiB)
+    except OutOfMemoryError:  # the other process left less than these tensors: not the clean case, draw again
+        return None
     report = _oom(alloc, gpu.mem_get_info()[0] + rng.randrange(100, 1500, 2) * MiB)
     if report is None or report.total_free >= report.alloc_size or report.reserved > 0.5 * cap * MiB:
         return None
