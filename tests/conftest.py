@@ -120,6 +120,19 @@ def _no_env_config(monkeypatch):
 
 
 @pytest.hookimpl(optionalhook=True)
+@pytest.fixture
+def english_by_default(monkeypatch: pytest.MonkeyPatch):
+    """minialloc in English, whatever the shell's MINIALLOC_LANG or an earlier test set; the language reset after."""
+    from minialloc import learn
+    from minialloc.lang import set_lang
+
+    monkeypatch.delenv("MINIALLOC_LANG", raising=False)
+    set_lang(None)
+    learn.reset()
+    yield
+    set_lang(None)
+
+
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """Under `--dist loadgroup` a worker's pytest-xdist appends "@group" to each grouped test's id. When none has it,
     the groups are silently ignored and a file's module fixtures race on both workers (the binder venv did, in CI):

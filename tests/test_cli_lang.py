@@ -9,14 +9,12 @@ import pickle
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_diagnose import diverging_snapshot, oom_snapshot, write_rank_snapshots
 
 from course_i18n.english_scan import english_sentences
-from minialloc import learn
 from minialloc.cli import main
 from minialloc.lang import set_lang, using
 from minialloc.sizes import format_size, pytorch_format_size
@@ -24,13 +22,7 @@ from minialloc.sizes import format_size, pytorch_format_size
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _english_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("MINIALLOC_LANG", raising=False)
-    set_lang(None)
-    learn.reset()
-    yield
-    set_lang(None)
+pytestmark = pytest.mark.usefixtures("english_by_default")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -37,13 +37,7 @@ TABLES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _english_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("MINIALLOC_LANG", raising=False)
-    set_lang(None)
-    learn.reset()
-    yield
-    set_lang(None)
+pytestmark = pytest.mark.usefixtures("english_by_default")  # tests/conftest.py
 
 
 def _messages() -> Iterator[tuple[str, str, dict[str, str]]]:
