@@ -119,7 +119,6 @@ def _no_env_config(monkeypatch):
     monkeypatch.delenv("MINIALLOC_ALLOC_CONF", raising=False)
 
 
-@pytest.hookimpl(optionalhook=True)
 @pytest.fixture
 def english_by_default(monkeypatch: pytest.MonkeyPatch):
     """minialloc in English, whatever the shell's MINIALLOC_LANG or an earlier test set; the language reset after."""
@@ -133,6 +132,7 @@ def english_by_default(monkeypatch: pytest.MonkeyPatch):
     set_lang(None)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """Under `--dist loadgroup` a worker's pytest-xdist appends "@group" to each grouped test's id. When none has it,
     the groups are silently ignored and a file's module fixtures race on both workers (the binder venv did, in CI):
