@@ -496,9 +496,17 @@ def run_cells(page, indices: list[int]) -> None:
     """Run these cells of the open notebook, in order, as a learner does: click, Shift+Enter."""
     for index in indices:
         cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
-        cell.scroll_into_view_if_needed()
-        cell.locator(".cm-content").click()
-        page.keyboard.press("Shift+Enter")
+        prompt = cell.locator(".jp-InputPrompt").first
+        deadline = time.monotonic() + REOPEN_S
+        while not re.search(r"\[[\d*]+\]", prompt.inner_text()):  # queued ([*]) or run ([n]): the keys were taken
+            assert time.monotonic() < deadline, f"cell {index} was not run: {prompt.inner_text()!r}"
+            dialog = page.locator(".jp-Dialog", has_text="Select Kernel")  # a loaded machine may still ask late
+            if dialog.count():
+                dialog.get_by_role("button", name="Select").click()
+            cell.scroll_into_view_if_needed()
+            cell.locator(".cm-content").click()
+            page.keyboard.press("Shift+Enter")
+            time.sleep(0.5)
 
 
 def save_end_and_reopen(page, made: MadeLab, path: str) -> None:
@@ -564,7 +572,13 @@ def test_the_learners_lab_reopens_a_saved_stepper(first_command, page):
     open_with_token(page, first_command, path)
     run_cells(page, [first, index])
     cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-OutputArea-output .widget-slider").first.wait_for(timeout=REOPEN_S * 1000)
+    deadline = time.monotonic() + 2 * REOPEN_S
+    while not cell.locator(".jp-OutputArea-output .widget-slider").count():
+        # Shift+Enter moved on to the next cell: JupyterLab's windowed notebook may stop drawing this one's output
+        # once it scrolls out of view, so bring it back while its kernel works
+        assert time.monotonic() < deadline, f"no stepper within {2 * REOPEN_S} s: {cell.inner_text()[-2000:]!r}"
+        cell.scroll_into_view_if_needed()
+        time.sleep(0.5)
     shot(page, "learner-stepper-before-save", cell)
     save_end_and_reopen(page, first_command, path)
     assert_reopened_widget(page, index, ".widget-slider", "stepper")
