@@ -14,8 +14,9 @@ breaks the run it stood in.
 
 from __future__ import annotations
 
+import builtins
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 MIN_RUN = 3
 
@@ -76,3 +77,28 @@ def english_sentences(text: str, allow: Iterable[str | re.Pattern[str]] = ()) ->
             run.append(token)
     close()
     return found
+
+
+def learner_texts(cells: Iterable[Mapping]) -> list[tuple[int, str]]:
+    """(cell index, text) for what a learner reads in executed code cells' outputs: printed text, displayed results
+    (their HTML or Markdown as words without tags, else their plain text; a picture's placeholder is skipped, its
+    words are checked where it is drawn), and error messages but those of Python's built-in exceptions (NameError,
+    NotImplementedError: Python's English, as PyTorch's message is PyTorch's). An AssertionError's message is the
+    notebook's own check, and is read."""
+    texts = []
+    for n, cell in enumerate(cells):
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            kind = out.get("output_type")
+            if kind == "stream":
+                texts.append((n, out.get("text", "")))
+            elif kind in ("execute_result", "display_data"):
+                data = out.get("data", {})
+                if data.get("text/plain", "").startswith(("<Figure", "<IPython")) and not data.get("text/html"):
+                    continue
+                shown = data.get("text/html") or data.get("text/markdown") or data.get("text/plain", "")
+                texts.append((n, re.sub(r"<[^>]+>", " ", shown)))
+            elif kind == "error":
+                python_own = isinstance(getattr(builtins, out.get("ename", ""), None), type)
+                if not python_own or out.get("ename") == "AssertionError":
+                    texts.append((n, f"{out.get('ename')}: {out.get('evalue')}"))
+    return texts

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_i18n.english_scan import english_sentences
+from course_i18n.english_scan import english_sentences, learner_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
@@ -101,18 +101,9 @@ ALLOWED_ENGLISH = [
 
 
 def untranslated_outputs(cells: list[nbformat.NotebookNode]) -> list[str]:
-    """'[cell n] sentence' for every English sentence in the outputs a learner reads (stream, text and HTML)."""
-    found = []
-    for n, cell in enumerate(cells):
-        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            data = output.get("data", {})
-            text = output.get("text", "") if output.output_type == "stream" else (
-                data.get("text/html") or data.get("text/markdown") or data.get("text/plain", ""))
-            if data.get("text/plain", "").startswith(("<Figure", "<IPython")) and not data.get("text/html"):
-                continue  # a picture: its words are checked where it is drawn (minialloc.viz's tables)
-            text = re.sub(r"<[^>]+>", " ", text)  # HTML: the words, not the tags
-            found += [f"[cell {n}] {s}" for s in english_sentences(text, ALLOWED_ENGLISH)]
-    return found
+    """'[cell n] sentence' for every English sentence in the outputs a learner reads."""
+    return [f"[cell {n}] {sentence}" for n, text in learner_texts(cells)
+            for sentence in english_sentences(text, ALLOWED_ENGLISH)]
 
 
 IDS = [p.stem[:2] if p.parent == COURSE else f"{p.parent.name}-{p.stem[:2]}" for p in CHAPTERS]

@@ -8,7 +8,6 @@ translated one's outputs are scanned for English sentences, as the chapters' are
 
 from __future__ import annotations
 
-import builtins
 import re
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_i18n.english_scan import english_sentences
+from course_i18n.english_scan import english_sentences, learner_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER_DIRS = {ROOT / "course", ROOT / "course" / "vi", ROOT / "course" / "de"}
@@ -27,7 +26,6 @@ NOTEBOOKS = sorted(
 )
 
 # the translated labs whose tests and checks say everything in the lab's language (MESSAGES in the setup cell);
-# lab 3 joins when its own rework lands
 SPEAKING_LABS = ("lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow")
 TRANSLATED = ("vi", "de")
 BLANK_LABS = [ROOT / "labs" / "student" / f"{lab}_{lang}" / f"{lab}_{lang}.ipynb"
@@ -38,26 +36,8 @@ ALLOWED_ENGLISH = (
 )
 
 
-def learner_text(nb: nbformat.NotebookNode) -> list[str]:
-    """What a learner reads in an executed notebook's outputs: printed and displayed text, and error messages but
-    those of Python's built-in exceptions (NameError, NotImplementedError: Python's English, as PyTorch's message
-    is PyTorch's). An AssertionError's message is the notebook's own check, and is read."""
-    texts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            if out.output_type == "stream":
-                texts.append(out.text)
-            elif out.output_type in ("execute_result", "display_data"):
-                texts.append(out.get("data", {}).get("text/plain", ""))
-            elif out.output_type == "error":
-                python_own = isinstance(getattr(builtins, out.ename, None), type) and out.ename != "AssertionError"
-                if not python_own:
-                    texts.append(f"{out.ename}: {out.evalue}")
-    return texts
-
-
 def english_in_outputs(nb: nbformat.NotebookNode) -> list[str]:
-    return [s for text in learner_text(nb) for s in english_sentences(text, ALLOWED_ENGLISH)]
+    return [s for _, text in learner_texts(nb.cells) for s in english_sentences(text, ALLOWED_ENGLISH)]
 
 
 def speaks_its_language(path: Path) -> bool:
