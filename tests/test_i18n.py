@@ -697,7 +697,7 @@ def test_lab_3_has_a_messages_table():
 
 @pytest.mark.parametrize("lab", LABS_WITH_MESSAGES)
 def test_a_labs_messages_are_units_and_their_keys_are_not(lab: str):
-    """Each message (marked `# i18n` on its own line, under its key) is one unit for the translator; no key is."""
+    """Each message of the MESSAGES table is one unit for the translator; no key is."""
     from course_i18n.labs import lab_units
 
     english = _lab_messages(ROOT / "labs" / "source" / lab / f"{lab}.ipynb")
