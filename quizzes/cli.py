@@ -3,8 +3,14 @@
   keygen   --out DIR [--passphrase] [--publish issuer.json]   the instructor's Ed25519 key pair (mode 0600)
   issue    --key KEY --name N --email E --score S --out FILE   one credential + printable certificate
   certify  --gradebook URL --assignment A --key KEY --out DIR --pass-mark 80%   one per student who passed
-  verify   FILE [--issuer DID|FILE] [--revocation-list FILE] [--email E] [--name N]   offline check
-  revoke   --key KEY --list FILE (--id urn:uuid:... | --credential FILE) [--reason R]   sign a revocation
+  verify   FILE [--issuer DID|FILE] [--status-list FILE] [--revocation-list FILE] [--email E] [--name N]
+                                                       offline check
+  status-list --key KEY --url URL --out FILE           the issuer's empty, signed Bitstring Status List
+  revoke   --key KEY (--status-list FILE | --list FILE) (--id urn:uuid:... | --credential FILE) [--reason R]
+                                                       sign a revocation
+  did-web  --issuer issuer.json --domain DOMAIN --out did.json   the course's did:web document naming its did:key
+  (issue and certify sign with eddsa-rdfc-2022 unless --cryptosuite eddsa-jcs-2022; --status-list FILE gives each
+  credential a credentialStatus entry in that list)
   (every command that loads a key takes --passphrase-file FILE or --passphrase-env VAR, or asks at the terminal)
   check    [BANK.json ...] [--private-bank DIR [--quiz Q]]   check the question bank (schema, option-length cues)
   show     --chapter N [--lang vi] [--seed S]           print a chapter's practice questions as text
@@ -25,7 +31,7 @@ from pathlib import Path
 from .bank import BankError
 from .certs.errors import CertError
 from .certs.passphrase import PassphraseSource
-from .certs.proof import CRYPTOSUITES, JCS_SUITE
+from .certs.proof import CRYPTOSUITES, RDFC_SUITE
 
 DEFAULT_PASS_MARK = 0.8
 
@@ -84,11 +90,22 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--name", help="also check that it was issued to this name")
     v.add_argument("--issuer", help="the issuer to demand: a did:key, or an issuer.json file "
                                     "(default: the course's, quizzes/issuer.json)")
+    v.add_argument("--status-list", type=Path, default=None,
+                   help="the issuer's Bitstring Status List credential (default: status-list.json beside the issuer "
+                        "file, when there is one)")
     v.add_argument("--revocation-list", type=Path, help="the issuer's signed revocation list: also check this one")
 
-    r = sub.add_parser("revoke", help="add a credential to the issuer's signed revocation list")
+    t = sub.add_parser("status-list", help="create the issuer's signed, empty Bitstring Status List credential")
+    t.add_argument("--key", required=True, type=Path)
+    t.add_argument("--url", required=True, help="the https URL it will be served at (the credentials name it)")
+    t.add_argument("--out", required=True, type=Path, help="the file to write, e.g. quizzes/status-list.json")
+    _passphrase_options(t)
+
+    r = sub.add_parser("revoke", help="revoke a credential: set its bit in the status list, or list it")
     r.add_argument("--key", required=True, type=Path)
-    r.add_argument("--list", required=True, type=Path, help="the revocation list file (created if missing)")
+    lists = r.add_mutually_exclusive_group(required=True)
+    lists.add_argument("--status-list", type=Path, help="the Bitstring Status List file the credential names")
+    lists.add_argument("--list", type=Path, help="the older revocation list file (created if missing)")
     which = r.add_mutually_exclusive_group(required=True)
     which.add_argument("--id", help="the credential's id (urn:uuid:...)")
     which.add_argument("--credential", type=Path, help="the credential file (its id is taken)")
@@ -105,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--chapter", type=int, required=True)
     s.add_argument("--lang", choices=("en", "vi", "de"), default="en")
     s.add_argument("--seed", default=None)
+
+    d = sub.add_parser("did-web", help="write the course's did:web document, which names its did:key")
+    d.add_argument("--issuer", required=True, help="the issuer file (issuer.json) or the did:key")
+    d.add_argument("--domain", required=True, help="the course's domain (and path): course.example.org")
+    d.add_argument("--out", required=True, type=Path, help="the did.json to write (serve it at the URL printed)")
 
     g = sub.add_parser("build-graded", help="write a graded quiz's nbgrader source notebook from a private bank")
     g.add_argument("--bank", required=True, type=Path, help="the instructor's private bank folder (never the package)")
@@ -126,8 +148,13 @@ def _passphrase_options(p: argparse.ArgumentParser) -> None:
 
 def _signing_options(p: argparse.ArgumentParser) -> None:
     _passphrase_options(p)
-    p.add_argument("--cryptosuite", choices=CRYPTOSUITES, default=JCS_SUITE,
-                   help="JSON canonicalization (default) or RDF canonicalization (1EdTech's OB 3.0 certification)")
+    p.add_argument("--cryptosuite", choices=CRYPTOSUITES, default=RDFC_SUITE,
+                   help="RDF canonicalization (default: what wallets and 1EdTech's OB 3.0 certification accept) or "
+                        "JSON canonicalization")
+    p.add_argument("--proof-array", action="store_true",
+                   help="write the proof as an array of one, as 1EdTech's OB 3.0 JSON schema wants")
+    p.add_argument("--status-list", type=Path, default=None,
+                   help="the issuer's status list file (status-list): give each credential a credentialStatus")
 
 
 def _passphrase(args: argparse.Namespace) -> PassphraseSource:
@@ -161,7 +188,8 @@ def _issue(args: argparse.Namespace) -> int:
     score = Score.parse(args.score)
     credential = issue_credential(key, name=args.name, email=args.email, score=score, pass_mark=args.pass_mark,
                                   issuer_name=args.issuer_name or DEFAULT_ISSUER_NAME, assignment=args.assignment,
-                                  cryptosuite=args.cryptosuite)
+                                  cryptosuite=args.cryptosuite, proof_array=args.proof_array,
+                                  status_list=args.status_list)
     files = write_credential_files(credential, args.out, name=args.name, score_text=score.describe(args.lang),
                                    lang=args.lang)
     print(f"issued {files[0]} (verification ID {verification_id(credential)}); printable: "
@@ -175,7 +203,8 @@ def _certify(args: argparse.Namespace) -> int:
 
     outcomes = certify(args.gradebook, args.assignment, args.key, args.out, pass_mark=args.pass_mark,
                        issuer_name=args.issuer_name or DEFAULT_ISSUER_NAME, lang=args.lang,
-                       passphrase=_passphrase(args), cryptosuite=args.cryptosuite)
+                       passphrase=_passphrase(args), cryptosuite=args.cryptosuite, proof_array=args.proof_array,
+                       status_list=args.status_list)
     for outcome in outcomes:
         print(outcome.line())
     issued = sum(o.status == "certified" for o in outcomes)
@@ -189,9 +218,41 @@ def _verify(args: argparse.Namespace) -> int:
     from .certs.verify import verify_file
 
     code, line = verify_file(args.file, issuer=args.issuer, revocation_list=args.revocation_list,
-                             email=args.email, name=args.name)
+                             email=args.email, name=args.name, status_list=args.status_list)
     print(line)
     return code
+
+
+def _status_list(args: argparse.Namespace) -> int:
+    from .certs.keys import load_private_key
+    from .certs.status_list import create_status_list, ledger_path
+
+    key = load_private_key(args.key, _passphrase(args))
+    path = create_status_list(args.out, key, args.url.strip())
+    print(f"status list: {path} (signed, nothing revoked; serve it at {args.url.strip()}, commit it beside "
+          f"issuer.json); its ledger of issued indices: {ledger_path(path)}")
+    return 0
+
+
+def _revoke_in_status_list(args: argparse.Namespace, credential: dict | None, credential_id: str) -> int:
+    from .certs.keys import did_key, load_private_key
+    from .certs.status_list import index_of, load_status_list, read_status_entry, revoke_index
+
+    key = load_private_key(args.key, _passphrase(args))
+    current = load_status_list(args.status_list, did_key(key.public_key()))
+    if credential is not None:
+        entry = read_status_entry(credential)
+        if entry is None:
+            raise CertError(f"{args.credential} has no credentialStatus: revoke it with --list instead")
+        if entry.list_url != current.url:
+            raise CertError(f"{args.credential} names the status list {entry.list_url}, not {current.url}")
+        index = entry.index
+    else:
+        index = index_of(args.status_list, current.url, credential_id)
+    updated = revoke_index(args.status_list, key, index)
+    print(f"revoked {credential_id} (bit {index}); {args.status_list} signed again {updated.valid_from}: publish "
+          f"it at {updated.url}")
+    return 0
 
 
 def _revoke(args: argparse.Namespace) -> int:
@@ -199,16 +260,30 @@ def _revoke(args: argparse.Namespace) -> int:
     from .certs.keys import load_private_key
     from .certs.revocation import revoke
 
+    credential = None
     if args.credential is not None:
-        credential_id = load_credential(args.credential).get("id")
+        credential = load_credential(args.credential)
+        credential_id = credential.get("id")
         if not isinstance(credential_id, str):
             raise CertError(f"{args.credential} has no credential id")
     else:
         credential_id = args.id.strip()
+    if args.status_list is not None:
+        return _revoke_in_status_list(args, credential, credential_id)
     key = load_private_key(args.key, _passphrase(args))
     revoked = revoke(args.list, key, credential_id, args.reason)
     print(f"revoked {credential_id}; {args.list} now lists {len(revoked.entries)} credential(s), signed "
           f"{revoked.updated}: publish it where verifiers fetch it")
+    return 0
+
+
+def _did_web(args: argparse.Namespace) -> int:
+    from .certs.issuer import expected_issuer, write_did_web
+
+    issuer = expected_issuer(args.issuer)
+    path, url = write_did_web(args.out, args.domain, issuer.did)
+    print(f"wrote {path}: serve it at {url}; it names {issuer.did}, so anyone can check there that a "
+          "credential's issuer is the course's")
     return 0
 
 
@@ -269,7 +344,8 @@ def _build_graded(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"keygen": _keygen, "issue": _issue, "certify": _certify, "verify": _verify, "revoke": _revoke,
-            "check": _check, "show": _show, "build-graded": _build_graded}
+            "status-list": _status_list, "did-web": _did_web, "check": _check, "show": _show,
+            "build-graded": _build_graded}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -226,18 +226,18 @@ def test_cli_certify(gradebook, key, tmp_path, capsys):
     assert "6 credential(s) issued for quiz1 at pass mark 80%" in out and "0 error(s)" in out
     assert "Leistungszertifikat" in (tmp_path / "out" / "alice.certificate.html").read_text(encoding="utf-8")
     assert json.loads((tmp_path / "out" / "alice.credential.json").read_text())["proof"]["cryptosuite"] == \
-        "eddsa-jcs-2022"
+        "eddsa-rdfc-2022"
     with pytest.raises(SystemExit):  # the pass mark is the instructor's to give: no default from anywhere
         main(["certify", "--gradebook", gradebook, "--assignment", "quiz1", "--key", str(key), "--out", "x"])
     capsys.readouterr()
 
 
-def test_cli_certify_rdfc(gradebook, key, tmp_path, capsys):
+def test_cli_certify_jcs_on_request(gradebook, key, tmp_path, capsys):
     assert main(["certify", "--gradebook", gradebook, "--assignment", "quiz1", "--key", str(key),
-                 "--out", str(tmp_path / "out"), "--pass-mark", "0.95", "--cryptosuite", "eddsa-rdfc-2022"]) == 0
+                 "--out", str(tmp_path / "out"), "--pass-mark", "0.95", "--cryptosuite", "eddsa-jcs-2022"]) == 0
     capsys.readouterr()
     credential = load_credential(tmp_path / "out" / "alice.credential.json")
-    assert credential["proof"]["cryptosuite"] == "eddsa-rdfc-2022"
+    assert credential["proof"]["cryptosuite"] == "eddsa-jcs-2022"
     assert verify_credential(credential).score.startswith("score 100% (21 of 21 points)")
 
 

@@ -2,8 +2,8 @@
 
 A credential says: this issuer (a did:key, so its public key is in the id) states that the learner identified by
 a salted SHA-256 hash of their e-mail (and of their name) passed this course's graded quiz, with this score, on
-this date; the eddsa-jcs-2022 (or eddsa-rdfc-2022) proof signs all of that. The e-mail and the name never appear
-in clear: whoever knows them can check them with `verify --email ... --name ...`.
+this date; the eddsa-rdfc-2022 (or, on request, eddsa-jcs-2022) proof signs all of that. The e-mail and the
+name never appear in clear: whoever knows them can check them with `verify --email ... --name ...`.
 
 The score is data, not prose: `credentialSubject.result` holds it as Open Badges Results (percent, points, extra
 credit), each pointing at a ResultDescription of the achievement (its range and the value required to pass).
@@ -38,7 +38,8 @@ from ..i18n import LANGS
 from .display import shown
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
-from .proof import JCS_SUITE, RDFC_SUITE, add_proof, jcs, verify_proof
+from .proof import RDFC_SUITE, add_proof, jcs, single_proof, verify_proof
+from .status_list import StatusEntry, allocate_index, read_status_entry, status_entry
 
 # The score in words on the certificate: "18 of 21 points (86%)", then " + " an extra credit, ", " a late penalty.
 SCORE = messages("quizzes.certs.credential.SCORE", {
@@ -243,16 +244,26 @@ def build_credential(*, name: str, email: str, score: Score, pass_mark: float, i
     }
 
 
-def issue_credential(key: Ed25519PrivateKey, *, cryptosuite: str = JCS_SUITE, **fields: Any) -> dict[str, Any]:
-    """Build and sign a credential with the instructor's key (fields: see build_credential)."""
+def issue_credential(key: Ed25519PrivateKey, *, cryptosuite: str = RDFC_SUITE, proof_array: bool = False,
+                     status_list: Path | str | None = None, **fields: Any) -> dict[str, Any]:
+    """Build and sign a credential with the instructor's key (fields: see build_credential); eddsa-rdfc-2022 by
+    default, the suite wallets accept (DCC's verifier-core and LearnCard reject eddsa-jcs-2022). With
+    `status_list` (the issuer's status list file, quizzes.certs.status_list) it gets a credentialStatus entry at
+    a fresh index of that list."""
     did = did_key(key.public_key())
     credential = build_credential(issuer_did=did, **fields)
-    return add_proof(credential, key, verification_method(did), credential["validFrom"], cryptosuite)
+    if status_list is not None:
+        entry = allocate_index(status_list, key, credential["id"])
+        credential["credentialStatus"] = status_entry(entry.list_url, entry.index)
+    return add_proof(credential, key, verification_method(did), credential["validFrom"], cryptosuite,
+                     as_array=proof_array)
 
 
 def verification_id(credential: dict[str, Any]) -> str:
-    """A short id for the printed certificate: base32 of SHA-256 over the whole signed credential, 12 letters."""
-    digest = hashlib.sha256(jcs(credential)).digest()
+    """A short id for the printed certificate: base32 of SHA-256 over the whole signed credential, 12 letters;
+    the proof counted as one object, so the same signature written as an array of one has the same id."""
+    counted = {**credential, "proof": single_proof(credential)} if "proof" in credential else credential
+    digest = hashlib.sha256(jcs(counted)).digest()
     code = base64.b32encode(digest).decode()[:12]
     return "-".join(code[i:i + 4] for i in range(0, 12, 4))
 
@@ -295,7 +306,8 @@ class Verified:
     verification_id: str
     score: str | None = None  # from credentialSubject.result, checked as numbers; None for older credentials
     credential_id: str = ""
-    cryptosuite: str = JCS_SUITE
+    cryptosuite: str = RDFC_SUITE
+    status: StatusEntry | None = None  # its Bitstring Status List entry, when it has one
 
     def summary(self) -> str:
         """One line, every value from the file escaped and cut (display.shown)."""
@@ -445,7 +457,7 @@ def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
     if "Achievement" not in _get(credential, "credentialSubject.achievement.type", list):
         raise CertError("credentialSubject.achievement.type must list Achievement")
     narrative = _get(credential, "credentialSubject.achievement.criteria.narrative", str)
-    proof = _get(credential, "proof", dict)
+    proof = single_proof(credential)
     if proof.get("proofPurpose") != "assertionMethod":
         raise CertError("proof.proofPurpose must be assertionMethod")
     if proof.get("verificationMethod") != verification_method(issuer_did):
@@ -454,9 +466,10 @@ def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
     if proof.get("cryptosuite") == RDFC_SUITE:
         _no_ignored_keywords(credential)
     score = _read_score(credential)
+    status = read_status_entry(credential)
     verify_proof(credential, public_key)
     return Verified(achievement, narrative, issuer_name, issuer_did, valid_from, hashes, verification_id(credential),
-                    score, credential["id"], proof["cryptosuite"])
+                    score, credential["id"], proof["cryptosuite"], status)
 
 
 def identity_matches(credential: dict[str, Any], *, email: str | None = None, name: str | None = None) -> list[str]:

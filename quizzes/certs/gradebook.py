@@ -28,7 +28,7 @@ from .files import write_credential_files
 from .keyguard import ensure_hidden_from_sandbox
 from .keys import load_private_key
 from .passphrase import PassphraseSource
-from .proof import JCS_SUITE
+from .proof import RDFC_SUITE
 
 if TYPE_CHECKING:  # nbgrader is imported only when a gradebook is opened: `verify` works without it
     from nbgrader.api import Assignment, Gradebook, Student
@@ -99,8 +99,10 @@ def file_stems(student_ids: list[str]) -> dict[str, str | None]:
 
 def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | str, *, pass_mark: float,
             issuer_name: str = DEFAULT_ISSUER_NAME, lang: str = "en", now: datetime | None = None,
-            passphrase: PassphraseSource | None = None, cryptosuite: str = JCS_SUITE) -> list[Outcome]:
-    """One credential (with its printable certificate) per student at or above `pass_mark` (a fraction)."""
+            passphrase: PassphraseSource | None = None, cryptosuite: str = RDFC_SUITE,
+            status_list: Path | None = None, proof_array: bool = False) -> list[Outcome]:
+    """One credential (with its printable certificate) per student at or above `pass_mark` (a fraction); each
+    with a credentialStatus entry in `status_list` when one is given."""
     from nbgrader.api import MissingEntry
 
     if not 0 < pass_mark <= 1:
@@ -119,7 +121,8 @@ def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | 
         for student in students:
             try:
                 outcomes.append(_certify_one(gb, student, stems[student.id], assignment, max_score, pass_mark,
-                                             key, out, issuer_name, lang, now, cryptosuite, MissingEntry))
+                                             key, out, issuer_name, lang, now, cryptosuite, MissingEntry,
+                                             status_list, proof_array))
             except Exception as e:  # one student's failure must not cost the others theirs
                 reason = str(e) if isinstance(e, CertError) else f"{type(e).__name__}: {e}"
                 outcomes.append(Outcome(student.id, "error", reason))
@@ -128,7 +131,8 @@ def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | 
 
 def _certify_one(gb: Gradebook, student: Student, stem: str | None, assignment: str, max_score: float,
                  pass_mark: float, key: Ed25519PrivateKey, out: Path, issuer_name: str, lang: str,
-                 now: datetime | None, cryptosuite: str, missing: type[Exception]) -> Outcome:
+                 now: datetime | None, cryptosuite: str, missing: type[Exception],
+                 status_list: Path | None = None, proof_array: bool = False) -> Outcome:
     try:
         submission = gb.find_submission(assignment, student.id)
     except missing:
@@ -150,6 +154,7 @@ def _certify_one(gb: Gradebook, student: Student, stem: str | None, assignment: 
         return Outcome(student.id, "exists", "kept the credential already issued", [path])
     credential = issue_credential(key, name=name, email=student.email, score=score, pass_mark=pass_mark,
                                   issuer_name=issuer_name, assignment=assignment, valid_from=now,
-                                  cryptosuite=cryptosuite)
+                                  cryptosuite=cryptosuite, status_list=status_list,
+                                  proof_array=proof_array)
     files = write_credential_files(credential, path, name=name, score_text=score.describe(lang), lang=lang)
     return Outcome(student.id, "certified", score.describe(), files)

@@ -68,8 +68,9 @@ def _config_for_hashing(options: dict[str, Any], document: dict[str, Any], crypt
 
 
 def add_proof(document: dict[str, Any], key: Ed25519PrivateKey, verification_method: str,
-              created: str, cryptosuite: str = JCS_SUITE) -> dict[str, Any]:
-    """A copy of `document` with an eddsa proof of `cryptosuite`; the document must not have one already."""
+              created: str, cryptosuite: str = JCS_SUITE, *, as_array: bool = False) -> dict[str, Any]:
+    """A copy of `document` with an eddsa proof of `cryptosuite` (an array of that one proof with `as_array`);
+    the document must not have one already."""
     if "proof" in document:
         raise CertError("the document already has a proof")
     if cryptosuite not in CRYPTOSUITES:
@@ -84,14 +85,28 @@ def add_proof(document: dict[str, Any], key: Ed25519PrivateKey, verification_met
     if cryptosuite == JCS_SUITE and "@context" in document:
         config["@context"] = document["@context"]
     signature = key.sign(hash_data(_config_for_hashing(config, document, cryptosuite), document, cryptosuite))
-    return {**document, "proof": {**config, "proofValue": "z" + b58encode(signature)}}
+    proof = {**config, "proofValue": "z" + b58encode(signature)}
+    return {**document, "proof": [proof] if as_array else proof}
+
+
+def single_proof(secured: dict[str, Any]) -> dict[str, Any]:
+    """The document's one proof, written as an object or as an array of one (VC Data Integrity allows both; 1EdTech's
+    Open Badges 3.0 JSON schema wants the array). A proof set of several is refused: this issuer signs once, and
+    a second proof would be one more thing a reader might trust without this verifier checking it."""
+    proof = secured.get("proof")
+    if isinstance(proof, list):
+        if len(proof) != 1:
+            raise CertError(f"proof is an array of {len(proof)} proofs: this verifier accepts exactly one")
+        proof = proof[0]
+    if not isinstance(proof, dict):
+        raise CertError("proof must be a JSON object (a DataIntegrityProof), or an array holding one")
+    return proof
 
 
 def verify_proof(secured: dict[str, Any], public_key: Ed25519PublicKey) -> None:
-    """Raise CertError saying why, unless `secured` carries a valid eddsa proof (either suite) by `public_key`."""
-    proof = secured.get("proof")
-    if not isinstance(proof, dict):
-        raise CertError("proof must be one JSON object (a DataIntegrityProof)")
+    """Raise CertError saying why, unless `secured` carries a valid eddsa proof (either suite) by `public_key`,
+    as an object or an array of one."""
+    proof = single_proof(secured)
     if proof.get("type") != PROOF_TYPE:
         raise CertError(f"proof.type must be {PROOF_TYPE!r}, not {proof.get('type')!r}")
     cryptosuite = proof.get("cryptosuite")

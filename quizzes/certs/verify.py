@@ -2,8 +2,10 @@
 
 A credential is VALID only when all of these hold: its shape, dates and signature (credential.verify_credential);
 its issuer is the one expected, the course's published issuer unless --issuer names another (a flawless
-signature by any other key proves nothing about the course); it is not on the issuer's revocation list, when one
-is given; and the e-mail and name match, when given. Every string from the file is printed escaped
+signature by any other key proves nothing about the course); its bit in the issuer's Bitstring Status List is
+not set (the list given with --status-list, else the status-list.json published beside the issuer file, when there
+is one); it is not on the issuer's older revocation list, when one is given; and the e-mail and name match, when
+given. Every string from the file is printed escaped
 (display.shown), and a file crafted to break the checker still gets one INVALID line, never a traceback.
 """
 
@@ -17,13 +19,17 @@ from .display import shown
 from .errors import CertError
 from .issuer import describe_source, expected_issuer
 from .revocation import load_revocation_list
+from .status_list import load_status_list
+
+STATUS_LIST_FILE = "status-list.json"  # what `status-list --out` writes beside issuer.json, by convention
 
 
 def verify_file(path: Path | str, *, issuer: str | None = None, revocation_list: Path | str | None = None,
-                email: str | None = None, name: str | None = None) -> tuple[int, str]:
+                email: str | None = None, name: str | None = None,
+                status_list: Path | str | None = None) -> tuple[int, str]:
     """(0, "VALID: ...") or (1, "INVALID: <reason>")."""
     try:
-        return _verify(Path(path), issuer, revocation_list, email, name)
+        return _verify(Path(path), issuer, revocation_list, email, name, status_list)
     except CertError as e:
         return 1, f"INVALID: {shown(str(e), 400)}"
     except Exception as e:  # a credential crafted to break the checker must still get a one-line answer
@@ -32,8 +38,16 @@ def verify_file(path: Path | str, *, issuer: str | None = None, revocation_list:
         return 1, f"INVALID: the file could not be checked ({type(e).__name__}: {shown(str(e), 200)})"
 
 
+def _published_status_list(source: str) -> Path | None:
+    """status-list.json beside the issuer file `verify` read, if there is one."""
+    if source == "--issuer":
+        return None
+    beside = Path(source).parent / STATUS_LIST_FILE
+    return beside if beside.is_file() else None
+
+
 def _verify(path: Path, issuer: str | None, revocation_list: Path | str | None, email: str | None,
-            name: str | None) -> tuple[int, str]:
+            name: str | None, status_list: Path | str | None = None) -> tuple[int, str]:
     expected = expected_issuer(issuer)  # first: without an issuer to compare with, no answer can be VALID
     credential = load_credential(path)
     verified = verify_credential(credential)
@@ -42,6 +56,19 @@ def _verify(path: Path, issuer: str | None, revocation_list: Path | str | None, 
                    f"(calling itself {shown(verified.issuer_name, 80)}), not by {describe_source(expected)} "
                    f"{expected.did}: anyone can sign a badge with their own key")
     notes = [f"issuer is {describe_source(expected)}"]
+    if verified.status is not None:
+        list_path = status_list if status_list is not None else _published_status_list(expected.source)
+        if list_path is None:
+            notes.append(f"revocation not checked: give --status-list FILE, the list published at "
+                         f"{shown(verified.status.list_url, 120)}")
+        else:
+            current = load_status_list(list_path, expected.did, verified.status.list_url)
+            if current.revoked(verified.status.index):
+                return 1, (f"INVALID: the issuer revoked this credential (bit {verified.status.index} of its status "
+                           f"list {shown(current.url, 120)}, signed {shown(current.valid_from, 25)})")
+            notes.append(f"not revoked in its status list as of {shown(current.valid_from, 25)}")
+    elif status_list is not None:
+        notes.append("the credential has no credentialStatus, so the status list given does not cover it")
     if revocation_list is not None:
         revoked = load_revocation_list(revocation_list, expected.did)
         entry = revoked.find(verified.credential_id)
