@@ -8,6 +8,8 @@
 #                      CUDA toolkit's wheels, so the chapters' PyTorch cells run side by side with minialloc.
 #   .installed-test    what the tests need on top: PyTorch (snapshot and _memory_viz round trips), CuPy (the PTX
 #                      builds), pytest, Playwright, ruff (the dev extra).
+#   tests/interop/node_modules: the independent certificate verifiers (Digital Bazaar's vc, DCC's verifier-core),
+#                      exactly as tests/interop/package-lock.json pins them (npm ci).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -27,6 +29,8 @@ endif
 CUPY_EXTRA := $(if $(CUDA_MAJOR),$(if $(filter 0 1 2 3 4 5 6 7 8 9 10 11 12,$(CUDA_MAJOR)),cuda12,cuda13),gpu)
 COURSE_STAMP := $(BIN)/.installed-$(if $(CUDA_MAJOR),gpu,course)
 TEST_STAMP := $(BIN)/.installed-test
+# npm ci: the lock file's exact versions and integrity hashes; --ignore-scripts: no package runs code at install
+INTEROP_STAMP := tests/interop/node_modules/.installed
 # JupyterLab: on this machine only, unless HOST says otherwise (HOST=0.0.0.0 on a remote GPU instance). Its root is
 # the repository, so nbgrader's formgrader sees the course directory labs/; JupyterLab runs as root (containers,
 # cloud GPU instances) only when told, so the flag is added for root alone.
@@ -53,6 +57,10 @@ $(BIN)/.installed-gpu: $(BIN)/.installed-course
 $(TEST_STAMP): $(COURSE_STAMP)
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA),dev]"
+	touch $@
+
+$(INTEROP_STAMP): tests/interop/package.json tests/interop/package-lock.json
+	cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
 # Opens the course in JupyterLab on the simulated GPU (no GPU needed). A venv without PyTorch (no driver answered)
@@ -88,7 +96,7 @@ grade-quiz: $(COURSE_STAMP)
 # packages come first, so that a machine that lacks them says so before pip's minutes.
 # two workers (pytest-xdist): the notebooks and nbgrader runs keep both cores busy
 TEST_WORKERS ?= 2
-test: system-packages $(TEST_STAMP)
+test: system-packages $(TEST_STAMP) $(INTEROP_STAMP)
 	$(BIN)/ruff check minialloc quizzes grading course_i18n tests bench tools nbgrader_config.py
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
@@ -98,7 +106,7 @@ test: system-packages $(TEST_STAMP)
 # left a core idle for half of the loop. CHECK_WORKERS=0 runs it in one process.
 CHECK_MARKERS := not notebooks and not nbgrader and not browser and not slow
 CHECK_WORKERS ?= $(TEST_WORKERS)
-check: $(TEST_STAMP)
+check: $(TEST_STAMP) $(INTEROP_STAMP)
 	$(BIN)/ruff check --extend-exclude '*.ipynb' .
 	$(BIN)/python -m pytest -q -m "$(CHECK_MARKERS)" -n $(CHECK_WORKERS) --dist loadgroup
 
@@ -143,6 +151,7 @@ system-packages:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	$(PYTHON) -c "import ensurepip" >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \

@@ -5,7 +5,8 @@
 - A venv made by `make course` is completed by `make test` (its layer only), never built again.
 - TORCH_SPEC reaches pip as written, so it can carry `--index-url` for PyTorch's CPU wheels.
 - `make course` says in one line how to add PyTorch when the venv has none, and nothing when it has it.
-- `make test`'s system packages (Chromium, bubblewrap, python3-venv where ensurepip is missing): installed with one
+- `make test`'s system packages (Chromium, bubblewrap, Node.js with npm for the certificate verifiers,
+  python3-venv where ensurepip is missing): installed with one
   `apt-get update` as root, one line with the command otherwise.
 """
 
@@ -32,8 +33,9 @@ def tool(folder: Path, name: str, script: str) -> None:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """The Makefile and pyproject.toml alone, older than any stamp a test writes."""
-    for name in ("Makefile", "pyproject.toml"):
+    """The Makefile, pyproject.toml and the npm test layer's manifests alone, older than any stamp a test writes."""
+    for name in ("Makefile", "pyproject.toml", "tests/interop/package.json", "tests/interop/package-lock.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
         os.utime(tmp_path / name, (1_000_000_000, 1_000_000_000))
     return tmp_path
@@ -90,6 +92,17 @@ def test_a_fresh_clone_builds_the_course_layer_before_the_test_layer(project: Pa
     assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"', installs
 
 
+def test_the_certificate_verifiers_are_installed_from_the_lock_file_and_only_once(project: Path):
+    """npm ci (the lock file's exact versions, no install scripts) before the tests; a stamp keeps it to once."""
+    for target in ("test", "check"):
+        dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", target).stdout
+        assert "cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund" in dry, dry
+    (project / "tests/interop/node_modules").mkdir()
+    (project / "tests/interop/node_modules/.installed").touch()
+    dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", "test").stdout
+    assert "npm ci" not in dry and "pytest" in dry
+
+
 @pytest.mark.parametrize("has_torch", [False, True])
 def test_make_course_says_in_one_line_how_to_add_torch_when_it_is_missing(project: Path, has_torch: bool):
     venv_bin = project / ".venv" / "bin"
@@ -122,10 +135,10 @@ def test_system_packages_installed_as_root_else_one_line_says_how(project: Path,
     log = bare_path.parent / "apt.log"
     if uid == "0":
         assert done.returncode == 0, done.stderr
-        assert log.read_text().splitlines() == ["update -q", "install -y -q chromium bubblewrap"]
+        assert log.read_text().splitlines() == ["update -q", "install -y -q chromium bubblewrap nodejs npm"]
     else:
         assert done.returncode != 0 and not log.exists()
-        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap: run  sudo make "
+        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap nodejs npm: run  sudo make "
                                             "system-packages  (apt-get installs them), then make test again"]
 
 
@@ -134,14 +147,15 @@ def test_a_python_without_ensurepip_asks_for_python3_venv(project: Path, bare_pa
     tool(bare_path, "chromium", "exit 0")
     tool(bare_path, "python3", 'echo "No module named ensurepip" >&2; exit 1')  # Debian's python3 without its venv
     make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
-    assert (bare_path.parent / "apt.log").read_text().splitlines() == ["update -q",
-                                                                       "install -y -q bubblewrap python3-venv"]
+    assert (bare_path.parent / "apt.log").read_text().splitlines() == [
+        "update -q", "install -y -q bubblewrap nodejs npm python3-venv"]
 
 
 def test_system_packages_present_means_nothing_to_do(project: Path, bare_path: Path):
     tool(bare_path, "id", "echo 0")
     tool(bare_path, "chromium", "exit 0")
     tool(bare_path, "bwrap", "exit 0")
+    tool(bare_path, "npm", "exit 0")
     done = make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
     assert done.stdout == "" and not (bare_path.parent / "apt.log").exists()
 

@@ -462,7 +462,7 @@ def verify_credential(credential: Any, now: datetime | None = None) -> Verified:
         raise CertError("proof.proofPurpose must be assertionMethod")
     if proof.get("verificationMethod") != verification_method(issuer_did):
         raise CertError("proof.verificationMethod is not the issuer's did:key key")
-    _parse_time(_get(credential, "proof.created", str), "proof.created")
+    _parse_time(_get({"proof": proof}, "proof.created", str), "proof.created")  # the one proof, either form
     if proof.get("cryptosuite") == RDFC_SUITE:
         _no_ignored_keywords(credential)
     score = _read_score(credential)
