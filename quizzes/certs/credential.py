@@ -195,6 +195,17 @@ def results(score: Score, pass_mark: float, assignment: str) -> tuple[list[dict[
     return descriptions, found
 
 
+def _check_text(text: str, what: str) -> None:
+    """A string that is signed (or hashed) must be Unicode text: a lone surrogate (what Python makes of a byte that
+    is not UTF-8 on the command line) has no UTF-8 form, so neither JSON nor N-Quads can carry it. Control
+    characters are fine: both canonical forms escape them (quizzes.certs.rdfc)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CertError(f"the {what} {shown(text, 80)} is not valid text (a byte that is not UTF-8?): "
+                        "give it as UTF-8") from None
+
+
 def _timestamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -203,6 +214,9 @@ def build_credential(*, name: str, email: str, score: Score, pass_mark: float, i
                      issuer_name: str = DEFAULT_ISSUER_NAME, assignment: str = "quiz1",
                      valid_from: datetime | None = None, salt: str | None = None) -> dict[str, Any]:
     """The unsigned credential."""
+    for what, text in (("learner's name", name), ("e-mail", email), ("issuer name", issuer_name),
+                       ("assignment", assignment)):
+        _check_text(text, what)
     if score.fraction + 1e-9 < pass_mark:
         raise CertError(f"score {score.describe()} is below the pass mark {pass_mark:.0%}: no certificate")
     salt = salt or secrets.token_hex(16)
