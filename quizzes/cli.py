@@ -88,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("file", type=Path)
     v.add_argument("--email", help="also check that it was issued to this e-mail")
     v.add_argument("--name", help="also check that it was issued to this name")
-    v.add_argument("--issuer", help="the issuer to demand: a did:key, or an issuer.json file "
-                                    "(default: the course's, quizzes/issuer.json)")
+    v.add_argument("--issuer", help="the issuer to demand: a did:key, an issuer.json file, or the course's did:web "
+                                    "document (did.json) (default: the course's, quizzes/issuer.json)")
     v.add_argument("--status-list", type=Path, default=None,
                    help="the issuer's Bitstring Status List credential (default: status-list.json beside the issuer "
                         "file, when there is one)")

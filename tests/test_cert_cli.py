@@ -150,7 +150,7 @@ def test_verify_identity_and_issuer_mismatch(issued, capsys):
 def _corruptions(credential: dict, text: str) -> dict[str, str | bytes]:
     def changed(**top) -> str:
         return json.dumps({**credential, **top})
-    proof_list = changed(proof=[credential["proof"]])
+    proof_set = changed(proof=[credential["proof"], credential["proof"]])  # an array of ONE is valid (OB 3.0 schema)
     return {
         "truncated": text[: len(text) // 2],
         "empty": "",
@@ -159,7 +159,8 @@ def _corruptions(credential: dict, text: str) -> dict[str, str | bytes]:
         "string": '"credential"',
         "NaN": text.replace('"hashed": true', '"hashed": NaN', 1),
         "duplicate key": text.replace('"type": [', '"type": "x", "type": [', 1),
-        "proof is a list": proof_list,
+        "proof is a list of two": proof_set,
+        "proof is an empty list": changed(proof=[]),
         "proof is a string": changed(proof="z123"),
         "context is a string": changed(**{"@context": "https://www.w3.org/ns/credentials/v2"}),
         "issuer is a number": changed(issuer=42),

@@ -15,6 +15,7 @@ import copy
 import hashlib
 import io
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,17 +27,48 @@ from quizzes.certs.rdfc import canonize
 from quizzes.certs.verify import verify_file
 from quizzes.cli import main
 
-INTEROP = Path(__file__).resolve().parent / "interop"
+ROOT = Path(__file__).resolve().parent.parent
+INTEROP = ROOT / "tests" / "interop"
 STATUS_URL = "https://course.example.org/status-list.json"
 SCHEMA_URL = "https://purl.imsglobal.org/spec/ob/v3p0/schema/json/ob_v3p0_achievementcredential_schema.json"
 CONTROLS = "minialloc course\x01\x08\x0b\x0c\x7f"  # each escaped differently by RDFC-1.0 (\u0001 \b \u000B \f \u007F)
 
 
-def _quizzes(*argv: str) -> str:
-    """`python -m quizzes ARGV`, as the README writes it; its output, or the test fails with it."""
+def readme_commands() -> dict[str, list[str]]:
+    """quizzes/README.md's `python -m quizzes` certificate commands, by subcommand, as argument lists (continued
+    lines joined, optional [...] parts left out)."""
+    text = (ROOT / "quizzes" / "README.md").read_text(encoding="utf-8")
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands: dict[str, list[str]] = {}
+    for line in block.splitlines():
+        words = shlex.split(line.split("  #", 1)[0].replace("[", " [").replace("]", "] "))
+        depth, kept = 0, []
+        for word in words:
+            depth += word.count("[")
+            if depth == 0:
+                kept.append(word)
+            depth -= word.count("]")
+        if kept[:3] == ["python", "-m", "quizzes"]:
+            commands[kept[3]] = kept[4:]
+    return commands
+
+
+def _quizzes(command: str, places: dict[str, str], *extra: str, replace: dict[str, str] | None = None) -> str:
+    """The README's `python -m quizzes COMMAND ...`, its paths moved under a test folder (`places`: prefix ->
+    folder), its values changed by `replace` (option -> value) and `extra` options added; what it printed."""
+    argv = []
+    for word in readme_commands()[command]:
+        for prefix, folder in places.items():
+            if word.startswith(prefix):
+                word = folder + word[len(prefix):]
+        argv.append(word)
+    for option, value in (replace or {}).items():
+        argv[argv.index(option) + 1] = value
+    if "--passphrase" in argv or "--key" in argv:
+        extra = ("--passphrase-env", "MINIALLOC_TEST_PASSPHRASE", *extra)  # the prompt, answered
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(list(argv))
+        code = main([command, *argv, *extra])
     assert code == 0, out.getvalue()
     return out.getvalue()
 
@@ -93,25 +125,42 @@ TAMPERINGS = {
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The README's commands: keygen --publish, status-list, issue (both suites), revoke; then tampered copies."""
+    """The README's commands: keygen --passphrase --publish, status-list, did-web, issue (the default suite, and
+    eddsa-jcs-2022, a proof array, an issuer name with control characters on request), revoke; then tampered
+    copies."""
     tmp = tmp_path_factory.mktemp("interop")
-    keys, published, out = tmp / "issuer-keys", tmp / "quizzes", tmp / "out"
-    key = str(keys / "issuer-ed25519.pem")
-    issuer, status_list = published / "issuer.json", published / "status-list.json"
-    _quizzes("keygen", "--out", str(keys), "--publish", str(issuer))
-    _quizzes("status-list", "--key", key, "--url", STATUS_URL, "--out", str(status_list))
-    files: dict[str, Path] = {}
-    for name, extra in (("ada", []), ("bob", []), ("jo", ["--cryptosuite", "eddsa-jcs-2022"]),
-                        ("cy", ["--issuer-name", CONTROLS]), ("di", ["--proof-array"])):
-        files[name] = out / f"{name}.credential.json"
-        _quizzes("issue", "--key", key, "--name", f"{name.title()} Lovelace", "--email", f"{name}@example.org",
-                 "--score", "18/21", "--status-list", str(status_list), "--out", str(files[name]), *extra)
-    _quizzes("revoke", "--key", key, "--status-list", str(status_list), "--credential", str(files["bob"]))
+    places = {"~/.minialloc-issuer": str(tmp / "issuer-keys"), "quizzes/": str(tmp / "quizzes") + "/",
+              "site/": str(tmp / "site") + "/", "a.credential.json": str(tmp / "a.credential.json")}
+    issuer, status_list = tmp / "quizzes" / "issuer.json", tmp / "quizzes" / "status-list.json"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MINIALLOC_TEST_PASSPHRASE", "a long test passphrase, typed at the prompt")
+        _quizzes("keygen", places)
+        assert STATUS_URL in readme_commands()["status-list"]
+        _quizzes("status-list", places)
+        _quizzes("did-web", places)
+        files: dict[str, Path] = {}
+        for name, extra in (("ada", []), ("bob", []), ("jo", ["--cryptosuite", "eddsa-jcs-2022"]),
+                            ("cy", ["--issuer-name", CONTROLS]), ("di", ["--proof-array"])):
+            files[name] = tmp / "out" / f"{name}.credential.json"
+            _quizzes("issue", places, *extra, replace={"--out": str(files[name]), "--email": f"{name}@example.org"})
+        _quizzes("revoke", places, replace={"--credential": str(files["bob"])})
     for what, change in TAMPERINGS.items():
         for genuine in ("ada", "jo"):
-            files[f"{genuine} {what}"] = _tamper(files[genuine], out / f"{genuine}-{what}.json", change)
+            files[f"{genuine} {what}"] = _tamper(files[genuine], tmp / "out" / f"{genuine}-{what}.json", change)
     return {"tmp": tmp, "files": files, "issuer": issuer, "status_list": status_list,
-            "verdicts": _node_verify(tmp, files, status_list)}
+            "did_web": tmp / "site" / ".well-known" / "did.json", "verdicts": _node_verify(tmp, files, status_list)}
+
+
+def test_the_readme_commands_were_run_as_written():
+    commands = readme_commands()
+    assert {"keygen", "status-list", "did-web", "issue", "certify", "verify", "revoke"} <= set(commands)
+    assert "--status-list" in commands["issue"] and "--status-list" in commands["revoke"]
+    assert "--cryptosuite" not in commands["issue"]  # the default suite is the one wallets accept
+
+
+def test_the_course_did_web_document_vouches_for_the_issuer(made):
+    code, line = verify_file(made["files"]["ada"], issuer=str(made["did_web"]))
+    assert code == 0 and "the issuer in did.json" in line, line
 
 
 def test_nothing_is_fetched_but_the_status_list(made):

@@ -1,4 +1,7 @@
-"""The issuer's revocation list: a signed JSON list of revoked credential ids that `verify` checks when given one.
+"""The issuer's older revocation list: a signed JSON list of revoked credential ids that `verify` checks when given
+one. Credentials issued with --status-list are revoked through the W3C Bitstring Status List instead
+(quizzes.certs.status_list), which wallets and other verifiers read too; this list remains for the credentials
+issued before it, which carry no credentialStatus.
 
     {"format": "minialloc-revocation-list", "version": 1, "issuer": "did:key:z6Mk...",
      "updated": "2026-01-05T10:00:00Z",
@@ -9,8 +12,7 @@ Only the issuer's key can add to it (`python -m quizzes revoke`), so nobody else
 and `verify --revocation-list FILE` refuses a list signed by any key but the expected issuer's. What a signature
 cannot give is freshness: an older list, from before a revocation, is validly signed too. The instructor
 publishes the current list in one place (beside issuer.json) and verifiers fetch that one; `updated` says when
-it was signed. A simpler design than the W3C Bitstring Status List (no index to assign at issue time, no
-compression), at the cost of naming revoked ids: they are random UUIDs that identify no one.
+it was signed. Only this project's `verify` reads it, and it names revoked ids (random UUIDs that identify no one).
 """
 
 from __future__ import annotations
