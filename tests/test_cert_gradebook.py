@@ -251,3 +251,19 @@ def test_cli_refuses_a_missing_gradebook(key, tmp_path, capsys):
     assert main(["certify", "--gradebook", "gradebook.db", "--assignment", "quiz1", "--key", str(key),
                  "--out", str(tmp_path / "out"), "--pass-mark", "80%"]) == 1
     assert "not a database URL" in capsys.readouterr().err
+
+
+def test_certify_gives_each_credential_its_own_status_list_index(gradebook, key, tmp_path, capsys):
+    from quizzes.certs.keys import load_private_key
+    from quizzes.certs.status_list import create_status_list, ledger_path, read_status_entry
+
+    status_list = create_status_list(tmp_path / "status-list.json", load_private_key(key),
+                                     "https://course.example.org/status-list.json")
+    assert main(["certify", "--gradebook", gradebook, "--assignment", "quiz1", "--key", str(key), "--out",
+                 str(tmp_path / "out"), "--pass-mark", "80%", "--status-list", str(status_list)]) == 0
+    capsys.readouterr()
+    credentials = [load_credential(p) for p in sorted((tmp_path / "out").glob("*.credential.json"))]
+    indices = {read_status_entry(c).index for c in credentials}
+    assert len(credentials) == 6 and len(indices) == 6
+    issued = json.loads(ledger_path(status_list).read_text())["issued"]
+    assert {int(i): cid for i, cid in issued.items()} == {read_status_entry(c).index: c["id"] for c in credentials}
