@@ -30,6 +30,7 @@ from quizzes.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
 STATUS_URL = "https://course.example.org/status-list.json"
+DID_WEB, DID_WEB_URL = "did:web:course.example.org", "https://course.example.org/.well-known/did.json"
 SCHEMA_URL = "https://purl.imsglobal.org/spec/ob/v3p0/schema/json/ob_v3p0_achievementcredential_schema.json"
 CONTROLS = "minialloc course\x01\x08\x0b\x0c\x7f"  # each escaped differently by RDFC-1.0 (\u0001 \b \u000B \f \u007F)
 
@@ -73,14 +74,20 @@ def _quizzes(command: str, places: dict[str, str], *extra: str, replace: dict[st
     return out.getvalue()
 
 
-def _node_verify(tmp: Path, credentials: dict[str, Path], status_list: Path) -> dict[str, Any]:
+def _node_verify(tmp: Path, credentials: dict[str, Path], status_list: Path, did_web: Path | None = None
+                 ) -> dict[str, Any]:
+    """verify.mjs on `credentials`, the course's site serving `status_list` (and `did_web` at its did:web URL)."""
     node = shutil.which("node")
     if node is None or not (INTEROP / "node_modules" / ".installed").exists():
         pytest.fail("the independent verifiers are not installed: run `make test` (it runs `npm ci` in "
                     "tests/interop; Debian's nodejs and npm come with `make system-packages`)")
     jobs = tmp / f"jobs-{len(list(tmp.glob('jobs-*')))}.json"
-    jobs.write_text(json.dumps({"credentials": {k: str(v) for k, v in credentials.items()},
-                                "statusLists": {STATUS_URL: str(status_list)}}))
+    served = {STATUS_URL: str(status_list)}
+    job: dict[str, Any] = {"credentials": {k: str(v) for k, v in credentials.items()}, "served": served}
+    if did_web is not None:
+        served[DID_WEB_URL] = str(did_web)
+        job["didWeb"] = DID_WEB
+    jobs.write_text(json.dumps(job))
     done = subprocess.run([node, str(INTEROP / "verify.mjs"), str(jobs)], capture_output=True, text=True,
                           timeout=600, cwd=INTEROP)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -147,8 +154,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for what, change in TAMPERINGS.items():
         for genuine in ("ada", "jo"):
             files[f"{genuine} {what}"] = _tamper(files[genuine], tmp / "out" / f"{genuine}-{what}.json", change)
-    return {"tmp": tmp, "files": files, "issuer": issuer, "status_list": status_list,
-            "did_web": tmp / "site" / ".well-known" / "did.json", "verdicts": _node_verify(tmp, files, status_list)}
+    did_web = tmp / "site" / ".well-known" / "did.json"
+    return {"tmp": tmp, "files": files, "issuer": issuer, "status_list": status_list, "did_web": did_web,
+            "verdicts": _node_verify(tmp, files, status_list, did_web)}
 
 
 def test_the_readme_commands_were_run_as_written():
@@ -159,13 +167,19 @@ def test_the_readme_commands_were_run_as_written():
 
 
 def test_the_course_did_web_document_vouches_for_the_issuer(made):
+    """Digital Bazaar's did:web resolver, given the course's domain, finds the key the credentials are signed by."""
+    issuer = json.loads(made["files"]["ada"].read_text())["issuer"]["id"]
+    resolved = made["verdicts"]["didWeb"]
+    assert resolved["id"] == DID_WEB and resolved["alsoKnownAs"] == [issuer], resolved
+    assert [k["publicKeyMultibase"] for k in resolved["assertionKeys"]] == [issuer.removeprefix("did:key:")]
+    assert resolved["assertionKeys"][0]["type"] == "Multikey"
     code, line = verify_file(made["files"]["ada"], issuer=str(made["did_web"]))
     assert code == 0 and "the issuer in did.json" in line, line
 
 
-def test_nothing_is_fetched_but_the_status_list(made):
+def test_nothing_is_fetched_but_the_course_site(made):
     verdicts = made["verdicts"]
-    assert set(verdicts["fetched"]) == {STATUS_URL}
+    assert set(verdicts["fetched"]) == {STATUS_URL, DID_WEB_URL}
     assert set(verdicts["refused"]) <= {SCHEMA_URL}  # DCC's informational schema check, not part of its verdict
     assert verdicts["unknown"] == []
     assert verdicts["versions"]["@digitalbazaar/vc"] == "7.3.0"

@@ -3,7 +3,9 @@
 //   node verify.mjs JOBS.json   ->   one JSON line of results on stdout
 //
 // JOBS.json: {"credentials": {"NAME": "path/to/credential.json", ...},
-//             "statusLists": {"https://.../status-list.json": "path/to/status-list.json", ...}}
+//             "served": {"https://.../status-list.json": "path/to/status-list.json", ...},
+//             "didWeb": "did:web:course.example.org"  (optional)}
+// `served` stands for the course's web site: the files answered for those URLs, and nothing else.
 //
 // For every credential it runs
 //   - Digital Bazaar's @digitalbazaar/vc verifyCredential with DataIntegrityProof suites for eddsa-rdfc-2022 and
@@ -14,7 +16,9 @@
 //     VerifierPlus), with no issuer registries. Its document loader is built inside the package and fetches
 //     status lists over HTTP, so globalThis.fetch is replaced here, before it is loaded, by one that answers the
 //     status list URLs from the files given and refuses every other request: anything it tried is reported in
-//     `fetched` and `refused`, so a test can see that nothing left this machine. (It also tries to fetch 1EdTech's
+//     `fetched` and `refused`, so a test can see that nothing left this machine;
+//   - with `didWeb`, Digital Bazaar's @digitalbazaar/did-method-web resolver on the course's did:web (its
+//     document fetched through the same `fetch`), and the key it finds for each assertion method. (It also tries to fetch 1EdTech's
 //     OB 3.0 JSON schema for its informational schema check; refused here, that check reports an error in
 //     additionalInformation and does not change the verdict.)
 // and it writes each credential's canonical N-Quads (RDFC-1.0, jsonld.js with rdf-canonize, the proof left out),
@@ -26,7 +30,7 @@ import {readFileSync} from 'node:fs';
 console.log = (...args) => console.error(...args);
 
 const jobs = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const statusFiles = jobs.statusLists || {};
+const statusFiles = jobs.served || {};
 const refused = [];
 const fetched = [];
 
@@ -56,6 +60,7 @@ const multikeyContext = await import('@digitalbazaar/multikey-context');
 const {checkStatus} = await import('@digitalbazaar/vc-bitstring-status-list');
 const dcc = await import('@digitalcredentials/verifier-core');
 const jsonld = (await import('jsonld')).default;
+const didWeb = await import('@digitalbazaar/did-method-web');
 
 const contexts = new Map([
   ...credentialsContext.contexts, ...obContext.contexts, ...dataIntegrityContext.contexts,
@@ -144,8 +149,24 @@ for(const [name, path] of Object.entries(jobs.credentials)) {
     canonical
   };
 }
+let didWebResult = null;
+if(jobs.didWeb) {
+  const driver = didWeb.driver();
+  driver.use({multibaseMultikeyHeader: 'z6Mk', fromMultibase: Ed25519Multikey.from});
+  try {
+    const document = await driver.get({did: jobs.didWeb});
+    const keys = [];
+    for(const method of document.assertionMethod || []) {
+      const node = await driver.get({did: typeof method === 'string' ? method : method.id});
+      keys.push({id: node.id, type: node.type, publicKeyMultibase: node.publicKeyMultibase});
+    }
+    didWebResult = {id: document.id, alsoKnownAs: document.alsoKnownAs || [], assertionKeys: keys};
+  } catch(e) {
+    didWebResult = {error: e.message};
+  }
+}
 const versions = {};
-for(const pkg of ['jsonld', 'rdf-canonize', '@digitalbazaar/vc', '@digitalbazaar/eddsa-rdfc-2022-cryptosuite',
+for(const pkg of ['jsonld', 'rdf-canonize', '@digitalbazaar/vc', '@digitalbazaar/did-method-web', '@digitalbazaar/eddsa-rdfc-2022-cryptosuite',
   '@digitalbazaar/eddsa-jcs-2022-cryptosuite', '@digitalbazaar/vc-bitstring-status-list',
   '@digitalcredentials/verifier-core']) {
   const meta = new URL(`./node_modules/${pkg}/package.json`, import.meta.url);
@@ -153,4 +174,4 @@ for(const pkg of ['jsonld', 'rdf-canonize', '@digitalbazaar/vc', '@digitalbazaar
 }
 const unknown = loaded.filter(url => !contexts.has(url) && !url.startsWith('did:key:') &&
   !Object.hasOwn(statusFiles, url));
-process.stdout.write(JSON.stringify({results, versions, fetched, refused, unknown}) + '\n');
+process.stdout.write(JSON.stringify({results, didWeb: didWebResult, versions, fetched, refused, unknown}) + '\n');
