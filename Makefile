@@ -8,8 +8,8 @@
 #                      CUDA toolkit's wheels, so the chapters' PyTorch cells run side by side with minialloc.
 #   .installed-test    what the tests need on top: PyTorch (snapshot and _memory_viz round trips), CuPy (the PTX
 #                      builds), pytest, Playwright, ruff (the dev extra).
-#   tests/interop/node_modules: the independent certificate verifiers (Digital Bazaar's vc, DCC's verifier-core),
-#                      exactly as tests/interop/package-lock.json pins them (npm ci).
+#   tests/interop/node_modules: the independent certificate verifiers (Digital Bazaar's vc and did:web resolver,
+#                      DCC's verifier-core), exactly as tests/interop/package-lock.json pins them (npm ci).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
