@@ -252,6 +252,8 @@ def _revoke_in_status_list(args: argparse.Namespace, credential: dict | None, cr
     updated = revoke_index(args.status_list, key, index)
     print(f"revoked {credential_id} (bit {index}); {args.status_list} signed again {updated.valid_from}: publish "
           f"it at {updated.url}")
+    if args.reason:
+        print("the reason is not recorded: a status list holds one bit per credential")
     return 0
 
 

@@ -156,6 +156,24 @@ def test_a_status_list_by_another_key_or_for_another_url_is_refused(published: P
         revoke_index(status_list, other, 0)
 
 
+@pytest.mark.parametrize(("dates", "reason"), [
+    ({"validFrom": "2099-01-01T00:00:00Z"}, "not valid yet"),
+    ({"validUntil": "2020-01-01T00:00:00Z"}, "expired"),
+    ({"validFrom": "yesterday"}, "not a date-time"),
+])
+def test_a_status_list_out_of_its_dates_is_refused(published: Path, tmp_path: Path, dates, reason):
+    from quizzes.certs.keys import verification_method
+    from quizzes.certs.proof import add_proof
+
+    signed = status_list_credential(KEY, URL, bytes(MIN_BITS // 8))
+    unsigned = {**{k: v for k, v in signed.items() if k != "proof"}, **dates}
+    dated = add_proof(unsigned, KEY, verification_method(DID), signed["validFrom"], "eddsa-rdfc-2022")
+    credential = _write(tmp_path / "c.json", issue_credential(KEY, status_list=published / "status-list.json",
+                                                              **FIELDS))
+    code, line = verify_file(credential, status_list=_write(tmp_path / "dated.json", dated))
+    assert code == 1 and reason in line, line
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     (lambda s: s.update(statusPurpose="suspension"), "of purpose 'revocation'"),
     (lambda s: s.update(statusListIndex="007", id=f"{URL}#007"), "decimal string"),

@@ -122,9 +122,11 @@ def did_key_of_did_web(data: dict[str, object], source: str) -> str:
     """The did:key a did:web document vouches for: named in alsoKnownAs AND holding the same key as an
     assertionMethod, so a document cannot claim a key it does not carry."""
     did = data.get("id")
-    named = [a for a in data.get("alsoKnownAs") or [] if isinstance(a, str) and a.startswith("did:key:")]
+    aliases = data.get("alsoKnownAs")
+    named = [a for a in aliases if isinstance(a, str) and a.startswith("did:key:")] if isinstance(aliases, list) else []
     methods = data.get("verificationMethod") or []
-    asserting = set(data.get("assertionMethod") or []) if isinstance(data.get("assertionMethod"), list) else set()
+    asserting = {m for m in data.get("assertionMethod") or [] if isinstance(m, str)} \
+        if isinstance(data.get("assertionMethod"), list) else set()
     keys = {m.get("publicKeyMultibase") for m in methods if isinstance(m, dict) and m.get("id") in asserting
             and m.get("controller") == did and m.get("type") == "Multikey"} if isinstance(methods, list) else set()
     matching = [a for a in named if a.removeprefix("did:key:") in keys]

@@ -29,7 +29,7 @@ import secrets
 import tempfile
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +171,33 @@ def parse_status_list(data: object, issuer_did: str, url: str | None = None) -> 
     if not isinstance(subject, dict) or subject.get("type") != "BitstringStatusList" \
             or subject.get("statusPurpose") != PURPOSE or subject.get("id") != f"{list_url}#list":
         raise CertError(f"the status list's credentialSubject must be a BitstringStatusList of purpose {PURPOSE!r}")
-    if not isinstance(data.get("validFrom"), str):
-        raise CertError("the status list has no validFrom")
+    _check_dates(data)
     proof = single_proof(data)
     if proof.get("verificationMethod") != verification_method(issuer_did) \
             or proof.get("proofPurpose") != "assertionMethod":
         raise CertError("the status list is not signed by the issuer's key")
     verify_proof(data, public_key_from_did(issuer_did))  # before anything in it is trusted
     return StatusList(list_url, issuer_did, data["validFrom"], decode_bits(subject.get("encodedList")))
+
+
+def _parse_date(data: dict[str, Any], key: str) -> datetime:
+    text = data.get(key)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00")) if isinstance(text, str) else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise CertError(f"the status list's {key} is not a date-time with a time zone")
+    return moment
+
+
+def _check_dates(data: dict[str, Any]) -> None:
+    """validFrom not ahead of this clock (5 minutes' skew allowed), validUntil (if any) not past."""
+    now = datetime.now(timezone.utc)
+    if _parse_date(data, "validFrom") > now + timedelta(minutes=5):
+        raise CertError(f"the status list is not valid yet (validFrom {shown(data['validFrom'], 25)})")
+    if "validUntil" in data and _parse_date(data, "validUntil") < now:
+        raise CertError(f"the status list expired (validUntil {shown(data['validUntil'], 25)}): fetch the current one")
 
 
 def _read_json(path: Path, what: str) -> Any:
