@@ -126,6 +126,22 @@ def test_issue_revoke_verify_through_the_status_list(published: Path, tmp_path: 
     assert code == 0 and "revocation not checked" in line and URL in line
 
 
+def test_revoke_refuses_a_credential_without_status_or_of_another_list(published: Path, tmp_path: Path, capsys):
+    status_list = str(published / "status-list.json")
+    plain = _write(tmp_path / "plain.json", issue_credential(KEY, **FIELDS))
+    other_list = create_status_list(tmp_path / "other" / "status-list.json", KEY, "https://other.example.org/s.json")
+    elsewhere = _write(tmp_path / "elsewhere.json", issue_credential(KEY, status_list=other_list, **FIELDS))
+    for credential, reason in ((plain, "has no credentialStatus: revoke it with --list"),
+                               (elsewhere, "names the status list https://other.example.org/s.json")):
+        assert main(["revoke", "--key", str(keyfile(tmp_path)), "--status-list", status_list,
+                     "--credential", str(credential)]) == 1
+        err = capsys.readouterr().err
+        assert reason in err and err.count("\n") == 1, err
+    assert main(["revoke", "--key", str(keyfile(tmp_path)), "--status-list", status_list,
+                 "--id", "urn:uuid:00000000-0000-0000-0000-000000000000"]) == 1
+    assert "has no index in the ledger" in capsys.readouterr().err
+
+
 def keyfile(tmp_path: Path) -> Path:
     """KEY as a PKCS#8 file of mode 0600, as keygen writes it."""
     from cryptography.hazmat.primitives import serialization
