@@ -298,3 +298,12 @@ def test_the_old_revocation_list_still_works_beside_the_status_list(published: P
     code, line = verify_file(path, revocation_list=tmp_path / "revoked.json")
     assert code == 1 and "revoked this credential on 2026-01-05" in line, line
     assert load_status_list(published / "status-list.json", DID).revoked(read_status_entry(credential).index) is False
+
+
+def test_a_list_beside_issuer_json_for_another_url_leaves_revocation_unchecked(published: Path, tmp_path: Path):
+    other_list = create_status_list(tmp_path / "other" / "status-list.json", KEY, "https://other.example.org/s.json")
+    credential = _write(tmp_path / "c.json", issue_credential(KEY, status_list=other_list, **FIELDS))
+    code, line = verify_file(credential)  # the course's own list, beside issuer.json, is not this credential's
+    assert code == 0 and "revocation not checked" in line and "https://other.example.org/s.json" in line, line
+    code, line = verify_file(credential, status_list=published / "status-list.json")  # given: it must match
+    assert code == 1 and "but the credential names" in line, line

@@ -5,8 +5,8 @@ its issuer is the one expected, the course's published issuer unless --issuer na
 signature by any other key proves nothing about the course); its bit in the issuer's Bitstring Status List is
 not set (the list given with --status-list, else the status-list.json published beside the issuer file, when there
 is one); it is not on the issuer's older revocation list, when one is given; and the e-mail and name match, when
-given. Every string from the file is printed escaped
-(display.shown), and a file crafted to break the checker still gets one INVALID line, never a traceback.
+given. Every string from the file is printed escaped (display.shown), and a file crafted to break the checker
+still gets one INVALID line, never a traceback.
 """
 
 from __future__ import annotations
@@ -57,12 +57,15 @@ def _verify(path: Path, issuer: str | None, revocation_list: Path | str | None, 
                    f"{expected.did}: anyone can sign a badge with their own key")
     notes = [f"issuer is {describe_source(expected)}"]
     if verified.status is not None:
-        list_path = status_list if status_list is not None else _published_status_list(expected.source)
-        if list_path is None:
+        wanted = verified.status.list_url
+        beside = _published_status_list(expected.source) if status_list is None else None
+        # a list given must be the credential's; the one beside issuer.json may be another list of the issuer's
+        current = load_status_list(status_list, expected.did, wanted) if status_list is not None else \
+            load_status_list(beside, expected.did) if beside is not None else None
+        if current is None or current.url != wanted:
             notes.append(f"revocation not checked: give --status-list FILE, the list published at "
-                         f"{shown(verified.status.list_url, 120)}")
+                         f"{shown(wanted, 120)}")
         else:
-            current = load_status_list(list_path, expected.did, verified.status.list_url)
             if current.revoked(verified.status.index):
                 return 1, (f"INVALID: the issuer revoked this credential (bit {verified.status.index} of its status "
                            f"list {shown(current.url, 120)}, signed {shown(current.valid_from, 25)})")
