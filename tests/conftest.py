@@ -9,7 +9,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # leave it out (`make check` runs `-m "not notebooks and not nbgrader and not browser and not slow"`). The names are
 # registered in pyproject.toml.
 MARKED_FILES = {
-    "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
+    "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_capstone.py", "test_binder.py"},
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
                  "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py",
                  "test_grading_batch.py", "test_grading_intake.py", "test_sandbox_proc.py"},
