@@ -114,8 +114,9 @@ WHY = messages("minialloc.learn.chapter7.WHY", {
     "c7-fragmented":
         "reserved but unallocated ({unallocated}) is larger than the request ({tried}), so the cache holds enough "
         "free bytes, in pieces none of which fits. PyTorch already called release_cached_blocks before it raised, so "
-        "empty_cache() gives back nothing more: what is left is pinned by live blocks. Expandable segments map the "
-        "free pages of one segment together; replay the run with them to check.",
+        "empty_cache() gives back nothing more: what is left is pinned by live blocks. With expandable segments, "
+        "free pages are unmapped and mapped again where a request needs them, so scattered free memory serves one "
+        "large request; replay the run with them to check.",
     "c7-other":
         "this process holds {this} of the {total}; the other processes hold {others}, and the request needs only "
         "{shortfall} more than is free. No allocator setting of this process can take memory from another: stop "
@@ -286,7 +287,7 @@ def exhibit(name: str) -> Evidence:
         reserved = _gib(22.31)
         return Evidence(tried=172 * MiB, total=_gib(23.55), free=38 * MiB, allocated=reserved - 19 * MiB,
                         reserved=reserved, processes=((860120, reserved + 420 * MiB),))
-    if name == "graphs":  # torch.compile(mode="reduce-overhead"): one graph pool per captured shape
+    if name == "graphs":  # torch.compile(mode="reduce-overhead"): its CUDA graphs allocate from a private pool
         reserved = _gib(44.1)
         return Evidence(tried=_gib(2.25), total=_gib(47.53), free=_gib(0.81), allocated=_gib(31.4), reserved=reserved,
                         private=_gib(12.2), processes=((None, reserved + 560 * MiB),))
@@ -296,7 +297,7 @@ def exhibit(name: str) -> Evidence:
                         processes=((None, _gib(31.4) + 500 * MiB),))
     if name == "nccl":  # 8-way tensor parallel with several communicators, each with its buffers
         reserved = _gib(66.4)
-        outside = _gib(9.8)
+        outside = _gib(4.6)
         return Evidence(tried=_gib(3.0), total=_gib(79.19), free=_gib(2.2), allocated=_gib(65.9), reserved=reserved,
                         processes=((None, reserved + outside),), notes={"outside": outside})
     raise KeyError(f"no exhibit {name!r}; the chapter's are fragmented, other, container, graphs, fraction, nccl")
@@ -332,10 +333,11 @@ def random_evidence(rng: random.Random, kind: str) -> Evidence:
 def _draw(rng: random.Random, kind: str) -> Evidence:
     total = rng.choice([_gib(15.6), _gib(23.55), _gib(39.39), _gib(47.53), _gib(79.19), _gib(139.8)])
     context = rng.randint(250, 620) * MiB  # the CUDA context and kernels' code: this process, outside PyTorch
-    tried = rng.choice([rng.randint(1, 1024), rng.randint(2, 1024) * KiB, rng.randint(2, 1000) * MiB,
-                        rng.randint(1025, 8192) * MiB])
-    tried = max(tried, 512)
-    free = rng.randint(0, max(tried - 1, 1) // 2)
+    # "Tried to allocate" is a segment: 2 MiB (small pool), 20 MiB, or a large request rounded to 2 MiB
+    tried = rng.choice([2 * MiB, 20 * MiB, rng.randint(6, 500) * 2 * MiB, rng.randint(501, 4096) * 2 * MiB])
+    # the driver's free memory at the failure: often a few bytes or KiB, sometimes more, always short of the request
+    free = rng.choice([rng.randint(0, 1024), rng.randint(1, 1023) * KiB + rng.randint(0, 1023),
+                       rng.randint(0, tried // 2)])
     private = 0
     allowed = None
     others: list[tuple[int | None, int]] = []
