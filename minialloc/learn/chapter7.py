@@ -24,6 +24,7 @@ memory; other processes are only their lines.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import tempfile
@@ -531,13 +532,21 @@ REAL_CAPACITY = 8 * GiB  # the card the chapter replays it on (it was recorded o
 PRIVATE_POOL_RUN = "slime-init-model-private-pool.pickle"
 
 
+@functools.cache
+def _snapshot(path: str) -> dict:
+    """A real snapshot file, read once per kernel: the checks only read it (each replay builds its own allocator),
+    and reading the private-pool file takes seconds."""
+    from ..snapshot import load_snapshot
+
+    return load_snapshot(path)
+
+
 def real_trace(folder: str | Path = DATA) -> Any:
     """The real run's device trace, its state at the first entry rebuilt (minialloc.trace.read_device_trace)."""
-    from ..snapshot import load_snapshot
     from ..trace import read_device_trace
 
     path = Path(folder) / REAL_RUN
-    return read_device_trace(load_snapshot(path), 0, str(path))
+    return read_device_trace(_snapshot(str(path)), 0, str(path))
 
 
 def replay_real(setting: str, capacity: int = REAL_CAPACITY, until: int | None = None) -> tuple[Any, Any]:
@@ -606,9 +615,7 @@ def check_replay_fix(setting: Any) -> str:
 
 def private_share(folder: str | Path = DATA) -> tuple[float, dict[tuple[int, int], int]]:
     """The private-pool run: (the share of its reserved memory in pools other than (0, 0), bytes per pool)."""
-    from ..snapshot import load_snapshot
-
-    pools = who_uses(load_snapshot(Path(folder) / PRIVATE_POOL_RUN))
+    pools = who_uses(_snapshot(str(Path(folder) / PRIVATE_POOL_RUN)))
     total = sum(pools.values())
     return (total - pools.get((0, 0), 0)) / total, pools
 
