@@ -300,6 +300,22 @@ WRONG = (
     # a submission made before task 4 existed (no task 4 cells at all) still grades: tasks 1 to 3 in full
     Wrong("lab1_best_fit", "before_task4", "task4_retry", ("task4_",), message="RetryingAllocator",
           drop=("task4_retry", "retry_helpers", "task4_retry_tests")),
+    # issue 34: lab 5's decisions, wrong but plausible: sizes read in powers of 1000, a reader of one-line messages
+    # only, a container's own process taken for another, the CUDA context counted as a holder, and the message's
+    # own suggestion (expandable segments) for every failure
+    Wrong("lab5_oom_decisions", "decimal_units", "task1_read", ("task1_",),
+          '"KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3', '"KiB": 1000, "MiB": 1000 ** 2, "GiB": 1000 ** 3',
+          "read_oom's tried is"),
+    Wrong("lab5_oom_decisions", "one_line_only", "task1_read", ("task1_wrapped",),
+          '    words = " ".join(message.split())\n', "    words = message\n", "read_oom's"),
+    Wrong("lab5_oom_decisions", "container_as_other", "task2_decide", ("task2_container",),
+          "    if own is None and len(others) == 1 and others[0] >= reserved:\n", "    if False:\n",
+          "the holder is 'live tensors'"),
+    Wrong("lab5_oom_decisions", "context_counted", "task2_decide", ("task2_",),
+          "max(0, own - reserved - CONTEXT_ALLOWANCE)", "max(0, own - reserved)", "decide returned"),
+    Wrong("lab5_oom_decisions", "message_hint", "task2_decide", ("task2_",),
+          '    reserved = fields["allocated"] + fields["unallocated"]\n',
+          '    return "cached blocks", FIXES["cached blocks"]  # what the message suggests\n', "decide returned"),
 )
 
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # every module's table of learner-facing messages: id -> {"en", "vi", "de"}
 TABLES = [
     ("minialloc.learn", "TEXT"),
-    *((f"minialloc.learn.chapter{n}", table) for n in range(1, 7) for table in ("TEXT", "WHY")),
+    *((f"minialloc.learn.chapter{n}", table) for n in range(1, 8) for table in ("TEXT", "WHY")),
     ("minialloc.viz._common", "KIND_TEXT"),
     ("minialloc.viz.segment_map", "TEXT"),
     ("minialloc.viz.stepper", "TEXT"),

@@ -1,9 +1,10 @@
 """Every notebook of the course, every lab's solution and every quiz notebook runs top to bottom on the CPU.
 
 Course chapters 1..6, in English and in the translations (course/vi/, course/de/), are run by
-tests/test_course_exercises.py (blank and with their solutions), and course/solutions/ holds cells, not notebooks to
-run: both are left out here, so no chapter runs three times. The start page runs here in every language, and a
-translated one's outputs are scanned for English sentences, as the chapters' are.
+tests/test_course_exercises.py (blank and with their solutions), chapter 7 by tests/test_capstone.py, and
+course/solutions/ holds cells, not notebooks to run: all are left out here, so no chapter runs three times. The
+start page runs here in every language, and a translated one's outputs are scanned for English sentences, as the
+chapters' are.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ CHAPTER_DIRS = {ROOT / "course", ROOT / "course" / "vi", ROOT / "course" / "de"}
 NOTEBOOKS = sorted(
     p for folder in ("course", "labs/source", "quizzes") for p in (ROOT / folder).rglob("*.ipynb")
     if ".ipynb_checkpoints" not in p.parts and "solutions" not in p.relative_to(ROOT).parts
-    and not (p.parent in CHAPTER_DIRS and p.name[:2] in {f"0{n}" for n in range(1, 7)})
+    and not (p.parent in CHAPTER_DIRS and p.name[:2] in {f"0{n}" for n in range(1, 8)})
 )
 
 # the translated labs whose tests and checks say everything in the lab's language (MESSAGES in the setup cell);

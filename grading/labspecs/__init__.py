@@ -14,7 +14,7 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 # the labs whose scores come from the grader's process
-SCORED = ("lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow")
+SCORED = ("lab1_best_fit", "lab2_fragmentation_oom", "lab3_page_mapping", "lab4_block_table_cow", "lab5_oom_decisions")
 LANGUAGES = ("_vi", "_de")
 
 
