@@ -344,50 +344,54 @@ def grade_batch(config, assignment: str, *, workers: int = 1, shard: Shard = Sha
     context = multiprocessing.get_context("fork")  # the loaded config and imports are shared, not rebuilt
     running: dict[int, _Running] = {}
     queue = list(reversed(pending))
-    while queue or running:
-        while queue and len(running) < workers:
-            student = queue.pop()
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_worker, args=(config, assignment, student, send, log_dir),
-                                      name=f"autograde {student}", daemon=False)
-            process.start()
-            send.close()
-            running[process.sentinel] = _Running(student, process, receive, time.monotonic())
-            log.info("grading %s (worker pid %d)", ascii(student), process.pid)
-            if on_start:
-                on_start(student, process.pid)
-        now = time.monotonic()
-        next_deadline = min(r.started + timeout for r in running.values())
-        ready = wait([*running, *(r.conn for r in running.values() if r.message is None)],
-                     timeout=max(0.0, next_deadline - now))
-        for item in ready:
-            if isinstance(item, Connection):
-                run = next(r for r in running.values() if r.conn is item)
-                try:
-                    run.message = item.recv()
-                except (EOFError, OSError):
-                    run.message = {}  # the worker died before it could answer
-        for sentinel, run in list(running.items()):
-            elapsed = time.monotonic() - run.started
-            if sentinel in ready or not run.process.is_alive():
-                run.process.join()
-                if run.message is None and run.conn.poll():
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                student = queue.pop()
+                receive, send = context.Pipe(duplex=False)
+                process = context.Process(target=_worker, args=(config, assignment, student, send, log_dir),
+                                          name=f"autograde {student}", daemon=False)
+                process.start()
+                send.close()
+                running[process.sentinel] = _Running(student, process, receive, time.monotonic())
+                log.info("grading %s (worker pid %d)", ascii(student), process.pid)
+                if on_start:
+                    on_start(student, process.pid)
+            now = time.monotonic()
+            next_deadline = min(r.started + timeout for r in running.values())
+            ready = wait([*running, *(r.conn for r in running.values() if r.message is None)],
+                         timeout=max(0.0, next_deadline - now))
+            for item in ready:
+                if isinstance(item, Connection):
+                    run = next(r for r in running.values() if r.conn is item)
                     try:
-                        run.message = run.conn.recv()
+                        run.message = item.recv()
                     except (EOFError, OSError):
-                        run.message = {}
-                result = _finish(course, assignment, run, elapsed)
-            elif elapsed >= timeout:
-                _kill_group(run.process)
-                result = StudentResult(run.student, "timed out", elapsed,
-                                       f"past the deadline of {timeout:g} s per student; the worker was killed")
-                course.forget(assignment, run.student)
-            else:
-                continue
-            run.conn.close()
-            del running[sentinel]
-            report.results.append(result)
-            (log.info if result.status == "graded" else log.error)("%s", result.line())
+                        run.message = {}  # the worker died before it could answer
+            for sentinel, run in list(running.items()):
+                elapsed = time.monotonic() - run.started
+                if sentinel in ready or not run.process.is_alive():
+                    run.process.join()
+                    if run.message is None and run.conn.poll():
+                        try:
+                            run.message = run.conn.recv()
+                        except (EOFError, OSError):
+                            run.message = {}
+                    result = _finish(course, assignment, run, elapsed)
+                elif elapsed >= timeout:
+                    _kill_group(run.process)
+                    result = StudentResult(run.student, "timed out", elapsed,
+                                           f"past the deadline of {timeout:g} s per student; the worker was killed")
+                    course.forget(assignment, run.student)
+                else:
+                    continue
+                run.conn.close()
+                del running[sentinel]
+                report.results.append(result)
+                (log.info if result.status == "graded" else log.error)("%s", result.line())
+    finally:  # interrupted (Ctrl-C, an error here): no worker goes on grading in its own session unwatched
+        for run in running.values():
+            _kill_group(run.process)
     report.seconds = time.monotonic() - started
     report.results.sort(key=lambda r: r.student)
     log.info("%s", report.summary())

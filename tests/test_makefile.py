@@ -6,8 +6,7 @@
 - TORCH_SPEC reaches pip as written, so it can carry `--index-url` for PyTorch's CPU wheels.
 - `make course` says in one line how to add PyTorch when the venv has none, and nothing when it has it.
 - `make test`'s system packages (Chromium, bubblewrap, PostgreSQL's server, python3-venv where ensurepip is
-  missing): installed with one
-  `apt-get update` as root, one line with the command otherwise.
+  missing): installed with one `apt-get update` as root, one line with the command otherwise.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ repository's nbgrader_config.py (the sandbox included) by the batch command, `py
    the batch's per-student deadline) and a folder named `*` (never handed to nbgrader, which would glob it):
    every other score equals the serial run's, grade by grade, and the three have no grade, each named;
 3. again, with `stall` removed: only `crash` is graded, nothing twice;
-4. the serial SQLite gradebook copied to PostgreSQL (`python -m grading copy-gradebook`), then `certify` and
+4. `nbgrader generate_feedback` on the PostgreSQL gradebook: feedback for every graded student;
+5. the serial SQLite gradebook copied to PostgreSQL (`python -m grading copy-gradebook`), then `certify` and
    `nbgrader export` read the PostgreSQL gradebook and give what they give on SQLite.
 """
 
@@ -208,6 +209,16 @@ def test_a_second_run_grades_only_what_is_missing(parallel: dict):
     before = parallel["after_first"]
     assert {s: g for s, g in parallel["grades"].items() if s != "crash"} == before["grades"]
     assert {s: t for s, t in parallel["times"].items() if s != "crash"} == before["times"]  # none rewritten
+
+
+def test_feedback_is_made_from_the_postgres_gradebook(parallel: dict, tmp_path: Path):
+    course = parallel["course"]
+    done = nbgrader("generate_feedback", sc.NAME, f"--CourseDirectory.root={course}",
+                    f"--CourseDirectory.db_url={parallel['db_url']}", f"--CourseDirectory.course_id={COURSE_ID}",
+                    f"--Exchange.root={tmp_path / 'exchange'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    made = {p.parts[-3] for p in (course / "feedback").glob(f"*/{sc.NAME}/{sc.NAME}.html")}
+    assert made == set(parallel["grades"])
 
 
 def test_the_gradebook_moves_to_postgres_and_certify_and_export_read_it(serial: dict, postgres: ScratchPostgres,
