@@ -60,11 +60,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"copied {sum(counts.values())} rows ({counts.get('submitted_assignment', 0)} submissions) from "
                   f"{db_shown(args.source)} to {db_shown(args.target)}; every grade read back the same")
             return 0
+        shard = parse_shard(args.shard)  # before the config, which takes seconds to load
         config = load_config(args.config, extra, root=args.root, db_url=args.db or os.environ.get(URL_VARIABLE))
         # out of the environment once the config has read it, before any worker starts: the sandbox clears a
         # kernel's environment, but a grader run with the sandbox off would hand it to student code
         os.environ.pop(URL_VARIABLE, None)
-        report = grade_batch(config, args.assignment, workers=args.workers, shard=parse_shard(args.shard),
+        report = grade_batch(config, args.assignment, workers=args.workers, shard=shard,
                              timeout=args.timeout, force=args.force, log_dir=args.log_dir)
     except BatchError as error:
         print(f"python -m grading: {error}", file=sys.stderr)
