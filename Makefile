@@ -145,14 +145,18 @@ gpu-check:
 
 # The Debian packages the tests need: Chromium (tests/test_browser.py; Playwright drives it, never
 # `playwright install`), bubblewrap (autograde runs every student kernel under it: the nbgrader tests) and, where
-# Debian's python3 lacks ensurepip, python3-venv (the venvs of make and tests/test_binder.py). As root,
+# Debian's python3 lacks ensurepip, python3-venv (the venvs of make and tests/test_binder.py), and PostgreSQL's
+# server (tests/test_parallel_grading.py starts one on loopback from its initdb, as a gradebook). As root,
 # apt-get installs the missing ones after one package index update; otherwise one line gives the command to run.
+# Debian keeps PostgreSQL's initdb off PATH, under its major version
+POSTGRES_INITDB ?= /usr/lib/postgresql/*/bin/initdb
 system-packages:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	$(PYTHON) -c "import ensurepip" >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	set -- $(POSTGRES_INITDB); [ -x "$$1" ] || missing="$$missing postgresql"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
 	  echo "the tests need Debian's$$missing: run  sudo make system-packages  (apt-get installs them), then \

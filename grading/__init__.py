@@ -12,6 +12,8 @@
   `grading.browser_guard`: the Jupyter Server extension `make grade` loads (a Content-Security-Policy on the
   formgrader and on served files, its templates escaped and sanitized); `grading.export`: `nbgrader export`
   as a quoted, formula-free CSV.
+- `grading.batch` (`python -m grading autograde`): a class autograded by N workers, or one shard of it, into a
+  shared gradebook; `grading.gradebook_copy` (`python -m grading copy-gradebook`): SQLite to PostgreSQL.
 
 The repository's nbgrader_config.py installs all of it; docs/grading.md says what each part defends.
 """

@@ -6,7 +6,7 @@
 - TORCH_SPEC reaches pip as written, so it can carry `--index-url` for PyTorch's CPU wheels.
 - `make course` says in one line how to add PyTorch when the venv has none, and nothing when it has it.
 - `make test`'s system packages (Chromium, bubblewrap, Node.js with npm for the certificate verifiers,
-  python3-venv where ensurepip is missing): installed with one
+  python3-venv where ensurepip is missing, PostgreSQL's server): installed with one
   `apt-get update` as root, one line with the command otherwise.
 """
 
@@ -118,6 +118,10 @@ def test_make_course_says_in_one_line_how_to_add_torch_when_it_is_missing(projec
     assert "jupyter lab" in out and "course/00_start_here.ipynb" in out
 
 
+# PostgreSQL's server where the Makefile looks for it: absent, whatever this machine has
+NO_POSTGRES = "POSTGRES_INITDB=/nonexistent/postgresql/*/bin/initdb"
+
+
 @pytest.fixture
 def bare_path(tmp_path: Path) -> Path:
     """A PATH folder with a fake `apt-get` that logs its arguments and a python3 that has ensurepip (a test adds
@@ -131,14 +135,15 @@ def bare_path(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("uid", ["0", "1000"])
 def test_system_packages_installed_as_root_else_one_line_says_how(project: Path, bare_path: Path, uid: str):
     tool(bare_path, "id", f"echo {uid}")
-    done = make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path), check=False)
+    done = make(project, "system-packages", "CUDA_MAJOR=", NO_POSTGRES, path=str(bare_path), check=False)
     log = bare_path.parent / "apt.log"
     if uid == "0":
         assert done.returncode == 0, done.stderr
-        assert log.read_text().splitlines() == ["update -q", "install -y -q chromium bubblewrap nodejs npm"]
+        assert log.read_text().splitlines() == ["update -q",
+                                                "install -y -q chromium bubblewrap nodejs npm postgresql"]
     else:
         assert done.returncode != 0 and not log.exists()
-        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap nodejs npm: run  sudo make "
+        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap nodejs npm postgresql: run  sudo make "
                                             "system-packages  (apt-get installs them), then make test again"]
 
 
@@ -146,7 +151,8 @@ def test_a_python_without_ensurepip_asks_for_python3_venv(project: Path, bare_pa
     tool(bare_path, "id", "echo 0")
     tool(bare_path, "chromium", "exit 0")
     tool(bare_path, "python3", 'echo "No module named ensurepip" >&2; exit 1')  # Debian's python3 without its venv
-    make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
+    tool(bare_path, "initdb", "exit 0")
+    make(project, "system-packages", "CUDA_MAJOR=", f"POSTGRES_INITDB={bare_path / 'initdb'}", path=str(bare_path))
     assert (bare_path.parent / "apt.log").read_text().splitlines() == [
         "update -q", "install -y -q bubblewrap nodejs npm python3-venv"]
 
@@ -156,7 +162,10 @@ def test_system_packages_present_means_nothing_to_do(project: Path, bare_path: P
     tool(bare_path, "chromium", "exit 0")
     tool(bare_path, "bwrap", "exit 0")
     tool(bare_path, "npm", "exit 0")
-    done = make(project, "system-packages", "CUDA_MAJOR=", path=str(bare_path))
+    server = bare_path.parent / "postgresql"  # Debian's layout: <major>/bin/initdb
+    tool(server / "15" / "bin", "initdb", "exit 0")
+    done = make(project, "system-packages", "CUDA_MAJOR=", f"POSTGRES_INITDB={server}/*/bin/initdb",
+                path=str(bare_path))
     assert done.stdout == "" and not (bare_path.parent / "apt.log").exists()
 
 
