@@ -702,7 +702,7 @@ def check_trace(trace: DeviceTrace, config: str, progress: bool = False) -> Chec
 
 
 def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, max_replays: int = 20,
-                      relaid: bool = False) -> int:
+                      relaid: bool = False, cache: bool = True) -> int:
     """The smallest simulated device (in 2 MiB pages) on which the replay runs without an OOM, by bisection.
 
     The unlimited run never reserves more than its peak, so a device of that size fits; one smaller than what
@@ -718,7 +718,7 @@ def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, 
             break
         mid = (lo + hi) // 2 // PAGE_SIZE * PAGE_SIZE
         try:
-            result, _ = replay_trace(trace, config, mid, relaid=relaid)
+            result, _ = replay_trace(trace, config, mid, relaid=relaid, cache=cache)
             fits = not result.failed
         except TraceError:  # the start state does not fit on it
             fits = False
