@@ -30,7 +30,8 @@ a new expandable segment's reservation, whose first mapping is at its start) whe
 
 Every schema PyTorch has written since 2.0 is read (snapshot.upgrade_snapshot), and the segments-only list of
 torch.cuda.memory_snapshot() too. What cannot be replayed is said in one line (why_not_replayable): no trace, a
-trace with no allocation (PyTorch 2.0 kept one entry by default), or an allocator minialloc does not model
+trace with no allocation (a ring buffer of one entry, as the old boolean call _record_memory_history(True) keeps),
+or an allocator minialloc does not model
 (torch_npu's, cudaMallocAsync). Private pools (segment_pool_id other than (0, 0)) are found per allocation from the
 segment it landed in (DeviceTrace.pool_of), so a replay serves it from the same pool.
 """
@@ -195,7 +196,7 @@ def _frames_mention(snapshot: dict, words: tuple[str, ...], limit: int = 2000) -
 
 def why_not_replayable(snapshot: dict, device: int) -> str | None:
     """One line on why device's trace cannot be replayed (None: it can): a foreign allocator, no trace, or a
-    trace with no allocation in it (PyTorch 2.0 kept one entry by default)."""
+    trace with no allocation in it (a ring buffer of one entry, as the old boolean call keeps)."""
     foreign = unmodelled_allocator(snapshot)
     if foreign:
         return f"{foreign}, so minialloc cannot replay it"
@@ -204,8 +205,14 @@ def why_not_replayable(snapshot: dict, device: int) -> str | None:
         return f"no trace for device {device} (history was not recorded), so no what-if is possible; {NEXT_TIME}"
     if not any(e.get("action") in ("alloc", "oom") for e in entries):
         n = len(entries)
-        return (f"the trace of device {device} holds {n} {'entry' if n == 1 else 'entries'} and no allocation "
-                f"(PyTorch 2.0 kept 1 entry by default), too short to replay; {NEXT_TIME}")
+        if n == 1:
+            # torch.cuda.memory._record_memory_history(True), the boolean form every release still accepts, records
+            # with trace_alloc_max_entries=1 (_record_memory_history_legacy's default): only the last event is kept
+            return (f"the trace of device {device} holds 1 entry: history was recorded with a ring buffer of one "
+                    "entry (what the boolean call torch.cuda.memory._record_memory_history(True) keeps, or "
+                    f"max_entries=1), too short to replay; {NEXT_TIME}")
+        return (f"the trace of device {device} holds {n} entries and no allocation, too short to replay; "
+                f"{NEXT_TIME}")
     return None
 
 
