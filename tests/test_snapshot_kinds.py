@@ -171,3 +171,46 @@ def test_an_expandable_run_without_allocator_settings_replays_as_expandable(tmp_
     assert main(["replay", path, "--check", "--json"]) == 0
     (check,) = json.loads(capsys.readouterr().out)["devices"]
     assert check["at_recorded_address"] == check["allocations"] == 4
+
+
+def npu_sized_snapshot() -> dict:
+    """A run sized as torch_npu's round_size sizes it (request + 32, rounded up to 512), with no name of torch_npu
+    in it: the allocator is asked for 32 bytes more than the requested size the file then records, as
+    NPUCachingAllocator's round_size adds them (Ascend/pytorch, torch_npu/csrc/core/npu/NPUCachingAllocator.cpp)."""
+    a = CachingAllocator(SimulatedGPU("1GiB"))
+    a.record_memory_history()
+    requests = [65536, 4096, 1024, 512 * 3, 65536, 8 * MiB]
+    ptrs = [a.malloc(n + 32) for n in requests]
+    a.free(ptrs[1])
+    snap = a.snapshot()
+    for seg in snap["segments"]:
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                b["requested_size"] -= 32
+    for e in snap["device_traces"][0]:
+        if e["action"] in ("alloc", "free_requested", "free_completed"):
+            e["size"] -= 32
+        e["frames"] = frames("train.py", "step")
+    return snap
+
+
+def test_an_npu_snapshot_is_told_by_its_block_sizes_and_refused_by_name(tmp_path, capsys):
+    from minialloc.trace import npu_block_sizes
+
+    snap = npu_sized_snapshot()
+    assert npu_block_sizes(snap) == ({0}, set())
+    path = write(tmp_path / "npu-sized.pickle", snap)
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an Ascend NPU snapshot (torch_npu)" in err
+    assert "request + 32 bytes rounded up to 512" in err and "NPUCachingAllocator.cpp" in err
+    assert main(["diagnose", path]) == 0  # its state is still read
+    assert "no replay: an Ascend NPU snapshot (torch_npu)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.pickle")))
+def test_cuda_snapshots_are_not_taken_for_npu_ones(name):
+    from minialloc.trace import npu_block_sizes
+
+    npu, _ = npu_block_sizes(read_snapshot(REAL / name))
+    assert npu == set()
