@@ -11,7 +11,9 @@ segments, the entries from the cut on. Then, for each config:
 - re-laid: the cut trace, the blocks the run held at the cut (live and cached, as the cut file's final segments
   and trace rebuild them) re-laid by the config's policy, replayed (what `minialloc replay` shows for a trace
   that starts mid-run; minialloc.relay);
-- kept: the cut trace replayed over the run's own segments at the cut (--keep-start), for comparison.
+- kept: the cut trace replayed over the run's own segments at the cut (--keep-start), for comparison;
+- range: minialloc.bounds' floor and ceiling for the config, the truth inside it or not, and the verdict the
+  range gives on each device ("saved", "not saved", or "cannot tell from this file").
 
 Peak reserved error is (predicted - truth) / truth. The OOM verdict (does the run fail?) is compared on devices
 of 0.9, 0.95, 1.05 and 1.1 times the smallest one the whole run fits on under the config, leaving out the cases
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from minialloc import CachingAllocator, SimulatedGPU
+from minialloc.bounds import CANNOT_TELL, SAVED, peak_range
 from minialloc.replay import replay_ops, replay_trace, smallest_capacity
 from minialloc.sizes import PAGE_SIZE, readable_size
 from minialloc.timing import bench_parser
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':<30}{'cut':>5} {'config':<26}{'truth':>11}{'re-laid':>11}{'err':>8}{'kept':>11}{'err':>8}"
           f"  OOM truth/re-laid/kept on {', '.join(f'{x}x' for x in SCALES)} the smallest fit")
     skipped = 0
+    ranges: list[tuple[bool, float]] = []  # (truth inside the range, range width / truth), settings not recorded
+    range_verdicts = {"right": 0, "wrong": 0, CANNOT_TELL: 0}
     for name, snap, device in sources(args.quick):
         full = read_device_trace(snap, device, name)
         n = len(full.entries)
@@ -134,6 +139,18 @@ def main(argv: list[str] | None = None) -> int:
                     agrees = agrees and t.failed == r_oom
                     verdicts.append("/".join("OOM" if x else "ok" for x in (t.failed, r_oom, k_oom)))
                 goal.setdefault((name, conf), []).append(abs(r_err) <= 0.05 and agrees)
+                bounds = peak_range(part, conf, "")
+                if conf:  # the recorded settings' range is the exact replay
+                    ranges.append((bounds.low <= truth <= bounds.high, (bounds.high - bounds.low) / truth))
+                    for scale in SCALES:
+                        capacity = int(fits[conf] * scale) // PAGE_SIZE * PAGE_SIZE
+                        said = bounds.verdict(capacity)
+                        if said == CANNOT_TELL:
+                            range_verdicts[said] += 1
+                        else:
+                            fails = replay_trace(full, conf, capacity)[0].failed
+                            range_verdicts["right" if (said == SAVED) != fails else "wrong"] += 1
+                verdicts.append(f"range {readable_size(bounds.low)}-{readable_size(bounds.high)}")
                 print(f"{name[:29]:<30}{share:>5.2f} {conf or 'native':<26}{readable_size(truth):>11}"
                       f"{readable_size(relaid.peak_reserved):>11}{r_err:>+8.1%}{readable_size(kept.peak_reserved):>11}"
                       f"{k_err:>+8.1%}  {', '.join(verdicts)}")
@@ -146,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{max(abs(r) for r, _ in peaks):.1%}; OOM verdict agrees in {sum(r for r, _ in oom)}/{cases}")
     print(f"kept start (--keep-start): within 5% in {kept_within}/{total} ({kept_within / total:.0%}), worst "
           f"{max(abs(k) for _, k in peaks):.1%}; OOM verdict agrees in {sum(k for _, k in oom)}/{cases}")
+    inside = sum(ok for ok, _ in ranges)
+    tight = sum(width <= 0.10 for _, width in ranges)
+    print(f"ranges (minialloc.bounds, settings other than the recorded ones): the truth inside in {inside}/"
+          f"{len(ranges)}, range within 10% of the truth in {tight}/{len(ranges)}; verdicts from the range: "
+          f"{range_verdicts['right']} right, {range_verdicts['wrong']} wrong, {range_verdicts[CANNOT_TELL]} "
+          "cannot tell from this file")
     met = [ok for cuts in goal.values() for ok in cuts]
     print(f"re-laid, both at once (peak within 5% and every OOM verdict agrees): {sum(met)}/{len(met)} "
           f"({sum(met) / len(met):.0%}; the goal is 9 in 10)")

@@ -1,4 +1,4 @@
-"""The `minialloc` command: one parser, five subcommands (demo, replay, diagnose, plot, serve-sim).
+"""The `minialloc` command: one parser, six subcommands (demo, replay, diagnose, scale, plot, serve-sim).
 
 Exit codes, the same for every subcommand: 0 the answer was printed; 1 the run failed (`replay` found an OOM
 under every config tried, `replay --check` found an allocation away from its recorded address, a demo did not
@@ -415,6 +415,33 @@ def run_serve_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_scale(args: argparse.Namespace) -> int:
+    """minialloc scale A B [C] --sizes ... --to N: exit 0 with a prediction (1 when it does not fit in
+    --capacity), 2 for bad usage, unreadable files or runs that cannot be matched."""
+    from .scale import ScaleError, parse_sizes, report, scale
+
+    try:
+        capacity = parse_size(args.capacity) if args.capacity else None
+        check_capacity(capacity)
+        sizes = parse_sizes(args.sizes)
+        try:
+            target = float(args.to)
+        except ValueError:
+            raise ScaleError(f"--to {args.to!r}: give the size to predict, a number like 512") from None
+        for f in args.files:
+            check_trace_file(f)
+        prediction = scale(args.files, sizes, target, configs=args.conf if args.conf is not None
+                           else DEFAULT_WHAT_IF[1:], capacity=capacity, device=args.device, fit=not args.no_fit)
+    except (TraceError, ScaleError, ValueError, OSError) as e:
+        print(f"minialloc scale: {_one_line(e)}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(prediction.as_dict(), indent=2))
+    else:
+        print(report(prediction))
+    return 1 if capacity is not None and prediction.recorded.failed else 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -467,6 +494,19 @@ def build_parser() -> argparse.ArgumentParser:
                      "trace entry instead of re-laying its live blocks")
     dia.add_argument("--plot", metavar="DIR", help="also write the segment map and timeline at that moment")
     dia.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sc = command("scale", run_scale, "from runs of one program at several sizes (context length, batch), its "
+                 "memory at another size: will it fit?")
+    sc.add_argument("files", nargs="+", metavar="FILE", help="two or more snapshot pickles of the same program, "
+                    "one per size")
+    sc.add_argument("--sizes", required=True, help="the size parameter of each file, in order, e.g. 128,256")
+    sc.add_argument("--to", required=True, metavar="SIZE", help="the size to predict, e.g. 512")
+    sc.add_argument("--capacity", help="a device size for the verdict, e.g. 40GiB (default: the smallest it fits on)")
+    sc.add_argument("--conf", action="append", help="a what-if config beside the recorded settings; repeat it "
+                    "(default: expandable_segments:True, max_split_size_mb:256)")
+    sc.add_argument("--device", type=int, help="the device whose trace to scale (default: the file's only one)")
+    sc.add_argument("--no-fit", action="store_true", help="skip the search for the smallest device each fits on")
+    sc.add_argument("--json", action="store_true", help="machine-readable output (sizes in bytes)")
 
     plot = command("plot", run_plot, "draw a snapshot's segment map and timeline as PNG and SVG")
     plot.add_argument("file", help="a snapshot pickle (torch.cuda.memory._dump_snapshot or minialloc's)")

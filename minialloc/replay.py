@@ -485,7 +485,7 @@ class CheckResult:
 def replay_trace(
     trace: DeviceTrace, config: str, capacity: int | None = None, *, label: str = "", at_recorded: bool = False,
     check: CheckResult | None = None, keep_samples: bool = False, until: int | None = None,
-    progress: bool = False, relaid: bool = False, cache: bool = True,
+    progress: bool = False, relaid: bool = False, cache: bool = True, stop_at_failure: bool = False,
 ) -> tuple[ReplayResult, CachingAllocator]:
     """Replay a recorded device trace from its rebuilt start state (trace.start_segments) under `config`.
 
@@ -496,12 +496,13 @@ def replay_trace(
     relaid: start from the blocks at the first entry, each allocated again (in address order, on its stream and
     in its pool) under `config`'s own policy and the cached ones freed again, instead of the run's segments as
     they were: the start a run under that config from its beginning would more nearly have had
-    (minialloc.relay.relay_start; cache=False: the live blocks only).
+    (minialloc.relay.relay_start; cache=False: the live blocks only). stop_at_failure: end at the first OOM, for
+    a search that only asks whether the trace fits (smallest_capacity); the peaks are then those until it.
     """
     check_capacity(capacity)
     if relaid:
         return _replay_relaid(trace, config, capacity, label=label, keep_samples=keep_samples, until=until,
-                              progress=progress, cache=cache)
+                              progress=progress, cache=cache, stop_at_failure=stop_at_failure)
     if capacity is not None and capacity < trace.reserved_at_start:
         raise StartStateDoesNotFit(
             f"device {trace.device} does not fit in {readable_size(capacity)}: "
@@ -530,11 +531,13 @@ def replay_trace(
     live: dict[int, int] = {addr: addr for addr in trace.live_at_start}
     # placing new segments where the run got them is right only while the replay follows the run exactly
     return _run_ops(trace, a, gpu, result, live, check=check, keep_samples=keep_samples, until=until,
-                    progress=progress, place=(at_recorded or check is not None) and not trace.from_empty)
+                    progress=progress, place=(at_recorded or check is not None) and not trace.from_empty,
+                    stop_at_failure=stop_at_failure)
 
 
 def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, label: str, keep_samples: bool,
-                   until: int | None, progress: bool, cache: bool = True) -> tuple[ReplayResult, CachingAllocator]:
+                   until: int | None, progress: bool, cache: bool = True, stop_at_failure: bool = False,
+                   ) -> tuple[ReplayResult, CachingAllocator]:
     gpu = SimulatedGPU(capacity or unlimited_capacity(trace), index=trace.device)
     a = CachingAllocator(gpu, config)
     a.record_memory_history(enabled=False)
@@ -550,13 +553,14 @@ def _replay_relaid(trace: DeviceTrace, config: str, capacity: int | None, *, lab
         result.peak_reserved = stats["reserved_bytes.all.peak"]
         return result, a
     return _run_ops(trace, a, gpu, result, live, keep_samples=keep_samples, until=until, progress=progress,
-                    place=False)
+                    place=False, stop_at_failure=stop_at_failure)
 
 
 def _run_ops(trace: DeviceTrace, a: CachingAllocator, gpu: SimulatedGPU, result: ReplayResult, live: dict[int, int],
              *, check: CheckResult | None = None, keep_samples: bool, until: int | None, progress: bool, place: bool,
-             ) -> tuple[ReplayResult, CachingAllocator]:
-    """The trace's operations on an allocator holding the start state; live: recorded address -> its block now."""
+             stop_at_failure: bool = False) -> tuple[ReplayResult, CachingAllocator]:
+    """The trace's operations on an allocator holding the start state; live: recorded address -> its block now.
+    stop_at_failure: end at the first OOM (all a "does it fit?" question needs; the peaks then stop there)."""
     failed: set[int] = set()
     ops = trace.ops
     bar = progress_bar(len(ops), result.label) if progress else None
@@ -588,6 +592,8 @@ def _run_ops(trace: DeviceTrace, a: CachingAllocator, gpu: SimulatedGPU, result:
                     failed.add(addr)
                     left_run = True
                     _failed(result, trace, i, size, e, a)
+                    if stop_at_failure:
+                        break
                     continue
                 finally:
                     if place and segs:
@@ -639,6 +645,8 @@ def _run_ops(trace: DeviceTrace, a: CachingAllocator, gpu: SimulatedGPU, result:
                     _failed(result, trace, i, size, e, a)
                     if check is not None:
                         check.reproduced_ooms += 1
+                    if stop_at_failure:
+                        break
         finally:
             if routed is not None:
                 routed.__exit__(None, None, None)
@@ -702,23 +710,27 @@ def check_trace(trace: DeviceTrace, config: str, progress: bool = False) -> Chec
 
 
 def smallest_capacity(trace: DeviceTrace, config: str, unlimited: ReplayResult, max_replays: int = 20,
-                      relaid: bool = False) -> int:
+                      relaid: bool = False, cache: bool = True) -> int:
     """The smallest simulated device (in 2 MiB pages) on which the replay runs without an OOM, by bisection.
 
     The unlimited run never reserves more than its peak, so a device of that size fits; one smaller than what
     is live at the start or at the peak cannot. In between, bisection to 1/1000 of the upper bound (fitting is
-    not always monotone in capacity, so this is the smallest capacity the bisection found)."""
+    not always monotone in capacity, so this is the smallest capacity the bisection found). The first probe is
+    one tolerance below the upper bound: a run whose cache grows to what it needs (most native runs) fails there,
+    and one replay answers instead of ten. Each probe stops at its first OOM (stop_at_failure)."""
     hi = -(-unlimited.peak_reserved // PAGE_SIZE) * PAGE_SIZE
     # never below 0: every capacity tried must be a real one (a 0-byte device is refused)
     floor = 0 if relaid else trace.reserved_at_start  # a re-laid start holds no segment as it was
     lo = max(0, max(floor, unlimited.peak_allocated) // PAGE_SIZE * PAGE_SIZE - PAGE_SIZE)
     tolerance = max(PAGE_SIZE, hi // 1000)
-    for _ in range(max_replays):
+    for k in range(max_replays):
         if hi - lo <= tolerance:
             break
-        mid = (lo + hi) // 2 // PAGE_SIZE * PAGE_SIZE
+        mid = (hi - tolerance if k == 0 else (lo + hi) // 2) // PAGE_SIZE * PAGE_SIZE
+        if mid <= lo:
+            mid = (lo + hi) // 2 // PAGE_SIZE * PAGE_SIZE
         try:
-            result, _ = replay_trace(trace, config, mid, relaid=relaid)
+            result, _ = replay_trace(trace, config, mid, relaid=relaid, cache=cache, stop_at_failure=True)
             fits = not result.failed
         except TraceError:  # the start state does not fit on it
             fits = False

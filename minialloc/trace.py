@@ -30,7 +30,8 @@ a new expandable segment's reservation, whose first mapping is at its start) whe
 
 Every schema PyTorch has written since 2.0 is read (snapshot.upgrade_snapshot), and the segments-only list of
 torch.cuda.memory_snapshot() too. What cannot be replayed is said in one line (why_not_replayable): no trace, a
-trace with no allocation (PyTorch 2.0 kept one entry by default), or an allocator minialloc does not model
+trace with no allocation (a ring buffer of one entry, as the old boolean call _record_memory_history(True) keeps),
+or an allocator minialloc does not model
 (torch_npu's, cudaMallocAsync). Private pools (segment_pool_id other than (0, 0)) are found per allocation from the
 segment it landed in (DeviceTrace.pool_of), so a replay serves it from the same pool.
 """
@@ -163,18 +164,62 @@ NEXT_TIME = ("next time call torch.cuda.memory._record_memory_history(max_entrie
              "torch.cuda.memory._dump_snapshot(FILE) at the OOM")
 
 
+NPU_RULES = ("round_size adds 32 bytes before rounding to 512, expandable segments align large blocks to 16 KiB, "
+             "and its workspace allocator holds memory the trace does not show (torch_npu/csrc/core/npu/"
+             "NPUCachingAllocator.cpp)")
+
+
 def unmodelled_allocator(snapshot: dict) -> str | None:
     """What wrote the snapshot, when it is an allocator minialloc does not model (None: CUDA's native one).
 
-    torch_npu (Ascend) writes PyTorch's schema from its own allocator, with another rounding (size + 32 rounded
-    to 512) and its own stream handles: its frames name torch_npu, and its settings PYTORCH_NPU_ALLOC_CONF."""
+    torch_npu (Ascend) writes PyTorch's schema from its own allocator (Ascend/pytorch,
+    torch_npu/csrc/core/npu/NPUCachingAllocator.cpp): its round_size adds 32 bytes to a request before rounding
+    it up to 512 (a 65,536-byte tensor gets a 66,048-byte block), DeviceCachingAllocator::malloc aligns large
+    blocks of expandable segments to kAlignRoundLarge (16 KiB) by splitting off their front, and a malloc that
+    fails first empties NPUWorkspaceAllocator's cache, memory no trace entry shows. Its frames name torch_npu
+    and its settings PYTORCH_NPU_ALLOC_CONF, when they are there; else its block sizes give it away
+    (npu_block_sizes), read device by device: every device of the file is refused once one shows them and none
+    shows CUDA's, since one process has one allocator (a device with no small block to tell is no exception)."""
     settings = snapshot.get("allocator_settings") or {}
     conf = str(settings.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     if any("NPU" in str(k) for k in settings) or _frames_mention(snapshot, ("torch_npu", "c10_npu")):
         return "an Ascend NPU snapshot (torch_npu): its allocator's rules differ from CUDA's"
+    npu, cuda = npu_block_sizes(snapshot)
+    if npu and not cuda:  # one process, one allocator: a device without small blocks to tell is the same
+        return ("an Ascend NPU snapshot (torch_npu): its allocator's rules differ from CUDA's (its blocks are the "
+                f"request + 32 bytes rounded up to 512 on device {', '.join(map(str, sorted(npu)))}; {NPU_RULES})")
     if "cudaMallocAsync" in conf:
         return "a cudaMallocAsync snapshot (backend:cudaMallocAsync): CUDA's own pool allocator, not the caching one"
     return None
+
+
+def npu_block_sizes(snapshot: dict, min_evidence: int = 3) -> tuple[set[int], set[int]]:
+    """The devices whose blocks are sized by torch_npu's round_size (request + 32, rounded up to 512), and those
+    whose blocks are sized by CUDA's (request rounded up to 512). Only small-pool blocks are read: a small block
+    is exactly its rounded request (every split leaves at least 512 bytes), while a large one may keep an unsplit
+    tail. A block tells
+    the two apart when its request is within 32 bytes of a multiple of 512 (a 65,536-byte request: CUDA 65,536,
+    torch_npu 66,048); a device counts as NPU when at least min_evidence such blocks say so and none says CUDA,
+    and as CUDA when one says CUDA."""
+    votes: dict[int, list[int]] = {}  # device -> [NPU-sized, CUDA-sized]
+    for seg in snapshot.get("segments", []):
+        if seg.get("segment_type") != "small" or seg.get("is_expandable"):
+            continue
+        device = int(seg.get("device", 0))
+        for b in seg.get("blocks", []):
+            requested, size = b.get("requested_size"), b.get("size")
+            if b.get("state") != "active_allocated" or not isinstance(requested, int) or requested <= 0:
+                continue
+            cuda, npu = -(-requested // 512) * 512, -(-(requested + 32) // 512) * 512
+            if cuda == npu:
+                continue  # this block cannot tell
+            count = votes.setdefault(device, [0, 0])
+            if size == npu:
+                count[0] += 1
+            elif size == cuda:
+                count[1] += 1
+    return ({d for d, (npu, cuda) in votes.items() if npu >= min_evidence and cuda == 0},
+            {d for d, (_, cuda) in votes.items() if cuda})
 
 
 def _frames_mention(snapshot: dict, words: tuple[str, ...], limit: int = 2000) -> bool:
@@ -195,7 +240,7 @@ def _frames_mention(snapshot: dict, words: tuple[str, ...], limit: int = 2000) -
 
 def why_not_replayable(snapshot: dict, device: int) -> str | None:
     """One line on why device's trace cannot be replayed (None: it can): a foreign allocator, no trace, or a
-    trace with no allocation in it (PyTorch 2.0 kept one entry by default)."""
+    trace with no allocation in it (a ring buffer of one entry, as the old boolean call keeps)."""
     foreign = unmodelled_allocator(snapshot)
     if foreign:
         return f"{foreign}, so minialloc cannot replay it"
@@ -204,8 +249,14 @@ def why_not_replayable(snapshot: dict, device: int) -> str | None:
         return f"no trace for device {device} (history was not recorded), so no what-if is possible; {NEXT_TIME}"
     if not any(e.get("action") in ("alloc", "oom") for e in entries):
         n = len(entries)
-        return (f"the trace of device {device} holds {n} {'entry' if n == 1 else 'entries'} and no allocation "
-                f"(PyTorch 2.0 kept 1 entry by default), too short to replay; {NEXT_TIME}")
+        if n == 1:
+            # torch.cuda.memory._record_memory_history(True), the boolean form every release still accepts, records
+            # with trace_alloc_max_entries=1 (_record_memory_history_legacy's default): only the last event is kept
+            return (f"the trace of device {device} holds 1 entry: history was recorded with a ring buffer of one "
+                    "entry (what the boolean call torch.cuda.memory._record_memory_history(True) keeps, or "
+                    f"max_entries=1), too short to replay; {NEXT_TIME}")
+        return (f"the trace of device {device} holds {n} entries and no allocation, too short to replay; "
+                f"{NEXT_TIME}")
     return None
 
 

@@ -52,6 +52,16 @@ EXAMPLES: dict[tuple[str, str], tuple[list[str], set[int]]] = {
     ("diagnose", "--plot"): (["FILE", "--no-replay", "--plot", "DIR"], {0}),
     ("diagnose", "--json"): (["FILE", "--json", "--no-replay"], {0}),
     ("diagnose", "--keep-start"): (["FILE", "--keep-start", "--conf", "expandable_segments:True"], {0}),
+    ("scale", "--sizes"): (["S128", "S512", "--sizes", "128,512", "--to", "1024", "--no-fit"], {0}),
+    ("scale", "--to"): (["S128", "S512", "--sizes", "128,512", "--to", "2048", "--no-fit"], {0}),
+    ("scale", "--capacity"): (["S128", "S512", "--sizes", "128,512", "--to", "2048", "--capacity", "16GiB",
+                               "--no-fit", "--conf", "expandable_segments:True"], {1}),  # about 21 GiB are needed
+    ("scale", "--conf"): (["S128", "S512", "--sizes", "128,512", "--to", "1024", "--conf", "expandable_segments:True",
+                           "--no-fit"], {0}),
+    ("scale", "--device"): (["S128", "S512", "--sizes", "128,512", "--to", "1024", "--device", "0", "--no-fit"], {0}),
+    ("scale", "--no-fit"): (["S128", "S512", "--sizes", "128,512", "--to", "1024", "--no-fit"], {0}),
+    ("scale", "--json"): (["S128", "S512", "--sizes", "128,512", "--to", "1024", "--json", "--no-fit",
+                           "--conf", "expandable_segments:True"], {0}),
     ("plot", "--out-dir"): (["FILE", "--out-dir", "DIR"], {0}),
     ("plot", "--device-free"): (["FILE", "-o", "DIR", "--device-free", "1GiB"], {0}),
     ("plot", "--max-rows"): (["FILE", "-o", "DIR", "--max-rows", "3"], {0}),
@@ -76,8 +86,14 @@ def snapshot_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+SERIES = Path(__file__).parent / "fixtures" / "series"  # one program at several context lengths (scale)
+
+
 def _words(words: list[str], snapshot: Path, tmp_path: Path) -> list[str]:
-    return [str(snapshot) if w == "FILE" else str(tmp_path / "out") if w == "DIR" else w for w in words]
+    """FILE: the snapshot; DIR: a fresh folder; S128, S512: the real series' runs at those context lengths."""
+    series = {f"S{n}": str(SERIES / f"linyun-xl_ctx{n}_forward_none.pickle") for n in (128, 512)}
+    return [str(snapshot) if w == "FILE" else str(tmp_path / "out") if w == "DIR" else series.get(w, w)
+            for w in words]
 
 
 def test_every_option_has_an_example() -> None:

@@ -50,13 +50,16 @@ def test_torch20_blocks_get_their_address_and_the_stack_of_their_allocation(tmp_
     assert blocks[1]["frames"][0]["name"] == "step" and blocks[2]["frames"] == []  # a free block holds no tensor
 
 
-def test_a_torch20_trace_of_one_entry_is_too_short_to_replay_and_still_diagnosed(tmp_path, capsys):
-    # 2.0's default max_entries kept one entry; this one is the 'snapshot' action, and an oom wrote 'addr'
+def test_a_trace_of_one_entry_is_too_short_to_replay_and_still_diagnosed(tmp_path, capsys):
+    # a ring buffer of one entry (the boolean _record_memory_history(True) call keeps one, in 2.0 and in every
+    # release since); this one is the 'snapshot' action, and an oom wrote 'addr'
     path = write(tmp_path / "old.pickle", torch20_snapshot([{"action": "snapshot", "addr": 0, "size": 0,
                                                              "stream": 0}]))
     assert main(["replay", path]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds 1 entry and no allocation" in err and "max_entries" in err
+    assert err.count("\n") == 1 and "holds 1 entry: history was recorded with a ring buffer of one entry" in err
+    assert "_record_memory_history(True)" in err and "max_entries" in err
+    assert "PyTorch 2" not in err  # the same call writes one entry in 2.1 and later: no version to blame
     assert main(["diagnose", path]) == 0
     out = capsys.readouterr().out
     assert "the state the snapshot holds" in out and "too short to replay" in out
@@ -168,3 +171,46 @@ def test_an_expandable_run_without_allocator_settings_replays_as_expandable(tmp_
     assert main(["replay", path, "--check", "--json"]) == 0
     (check,) = json.loads(capsys.readouterr().out)["devices"]
     assert check["at_recorded_address"] == check["allocations"] == 4
+
+
+def npu_sized_snapshot() -> dict:
+    """A run sized as torch_npu's round_size sizes it (request + 32, rounded up to 512), with no name of torch_npu
+    in it: the allocator is asked for 32 bytes more than the requested size the file then records, as
+    NPUCachingAllocator's round_size adds them (Ascend/pytorch, torch_npu/csrc/core/npu/NPUCachingAllocator.cpp)."""
+    a = CachingAllocator(SimulatedGPU("1GiB"))
+    a.record_memory_history()
+    requests = [65536, 4096, 1024, 512 * 3, 65536, 8 * MiB]
+    ptrs = [a.malloc(n + 32) for n in requests]
+    a.free(ptrs[1])
+    snap = a.snapshot()
+    for seg in snap["segments"]:
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                b["requested_size"] -= 32
+    for e in snap["device_traces"][0]:
+        if e["action"] in ("alloc", "free_requested", "free_completed"):
+            e["size"] -= 32
+        e["frames"] = frames("train.py", "step")
+    return snap
+
+
+def test_an_npu_snapshot_is_told_by_its_block_sizes_and_refused_by_name(tmp_path, capsys):
+    from minialloc.trace import npu_block_sizes
+
+    snap = npu_sized_snapshot()
+    assert npu_block_sizes(snap) == ({0}, set())
+    path = write(tmp_path / "npu-sized.pickle", snap)
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an Ascend NPU snapshot (torch_npu)" in err
+    assert "request + 32 bytes rounded up to 512" in err and "NPUCachingAllocator.cpp" in err
+    assert main(["diagnose", path]) == 0  # its state is still read
+    assert "no replay: an Ascend NPU snapshot (torch_npu)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.pickle")))
+def test_cuda_snapshots_are_not_taken_for_npu_ones(name):
+    from minialloc.trace import npu_block_sizes
+
+    npu, _ = npu_block_sizes(read_snapshot(REAL / name))
+    assert npu == set()
