@@ -137,10 +137,10 @@ def test_check_refuses_a_bank_whose_key_sits_at_one_position(tmp_path: Path, cap
 
 
 def test_check_refuses_a_bank_whose_key_looks_the_most_careful(tmp_path: Path, capsys):
-    def hedge(q: dict) -> None:  # the right option gets a clause the others lack, at the same length
-        right = next(o for o in q["options"] if o["id"] == q["answer"])
-        words = right["text"]["en"].split()
-        right["text"]["en"] = " ".join(words[:-3]) + ", but only because"
+    def hedge(q: dict) -> None:  # the right option gets clauses the others lack; every option grows alike
+        clause = ", but only if, and only because"
+        for o in q["options"]:
+            o["text"]["en"] += clause if o["id"] == q["answer"] else " " + "x" * (len(clause) - 1)
     assert main(["check", *_planted(tmp_path, hedge)]) == 1
     err = capsys.readouterr().err
     assert "en: picking the most qualified-looking option" in err and "vi:" not in err and "de:" not in err
