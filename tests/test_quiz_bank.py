@@ -313,3 +313,35 @@ def test_check_command_reports_a_bad_file(tmp_path: Path, capsys):
     assert main(["check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "broken.json" in err and "c2-oom-hint" in err and "text.vi" in err and "Traceback" not in err
+
+
+def _real_segments() -> dict[int, list[tuple[str, dict]]]:
+    import pickle
+
+    found: dict[int, list[tuple[str, dict]]] = {}
+    for path in sorted((ROOT / "tests" / "fixtures" / "real_snapshots").glob("*.pickle")):
+        with path.open("rb") as f:
+            snapshot = pickle.load(f)  # the project's own fixtures (real PyTorch snapshots), not user input
+        for segment in snapshot.get("segments", []):
+            if "address" in segment:
+                found.setdefault(segment["address"], []).append((path.name, segment))
+    return found
+
+
+def test_snapshot_excerpts_are_real():
+    """Every snapshot excerpt a question reads is a segment of one of the real snapshots, block for block (runs
+    reuse addresses, so the segment is looked up by its address, size and blocks)."""
+    segments = _real_segments()
+    excerpts = [q for q in BANK if q.exhibit.startswith("segment 0x")]
+    assert excerpts
+    for q in excerpts:
+        for part in re.split(r"\n(?=segment 0x)", q.exhibit):
+            head, *rows = part.splitlines()
+            address, total = re.match(r"segment (0x[0-9a-f]+)\s+total_size (\d+)", head).groups()
+            shown = []
+            for row in rows:
+                state, size, times = re.match(r"\s*block\s+(\w+)\s+size\s+(\d+).*?(?:x (\d+))?$", row).groups()
+                shown += [(state, int(size))] * int(times or 1)
+            assert any(segment["total_size"] == int(total)
+                       and shown == [(b["state"], b["size"]) for b in segment["blocks"]]
+                       for _, segment in segments.get(int(address, 16), [])), (q.id, address)
