@@ -35,17 +35,17 @@ ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 OPTION_ID_RE = re.compile(r"^[a-z]$")
 
 _FILE_KEYS = {"format", "version", "chapter", "title", "questions"}
-_COMMON = {"id", "kind", "topic", "text", "explanation", "chapters", "tags"}
+_COMMON = {"id", "kind", "topic", "idea", "text", "explanation", "chapters", "tags"}
 _KIND_KEYS = {
-    "single": {"options", "answer"},
-    "multi": {"options", "answer"},
-    "numeric": {"answer", "tolerance", "unit"},
+    "single": {"options", "answer", "exhibit"},
+    "multi": {"options", "answer", "exhibit"},
+    "numeric": {"answer", "tolerance", "unit", "misconceptions"},
     "computed": {"generator", "tolerance", "unit"},
 }
 _REQUIRED = {
     "single": {"options", "answer"},
     "multi": {"options", "answer"},
-    "numeric": {"answer", "tolerance"},
+    "numeric": {"answer", "tolerance", "misconceptions"},
     "computed": {"generator", "tolerance", "unit"},
 }
 
@@ -69,6 +69,15 @@ class BankError(ValueError):
 class Option:
     id: str
     text: Text
+    misconception: str | None = None  # a wrong option: the mistake a learner makes who picks it (English)
+
+
+@dataclass(frozen=True)
+class WrongRule:
+    """A numeric question's wrong rule and the number it gives (which must differ from the answer)."""
+
+    rule: str
+    answer: float
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class Question:
     id: str
     kind: str
     topic: str
+    idea: str  # the idea the question checks, in a sentence (for the bank's review, docs/quiz-review.md)
     chapters: tuple[int, ...]
     tags: tuple[str, ...]
     text: Text
@@ -101,13 +111,15 @@ class Question:
     unit: Text | None
     generator: str | None
     file: str
+    exhibit: str = ""  # single/multi: a text to read (an OOM message, a snapshot excerpt), shown as it is
+    misconceptions: tuple[WrongRule, ...] = ()  # numeric: the wrong rules and their numbers
 
     def render(self, seed: object = 0) -> Rendered:
         """The question for one seed (the seed matters only for computed questions)."""
         if self.kind != "computed":
             assert self.answer is not None
-            return Rendered(self.id, self.kind, self.text, self.explanation, self.options, self.unit, "",
-                            self.answer, self.tolerance)
+            return Rendered(self.id, self.kind, self.text, self.explanation, self.options, self.unit,
+                            self.exhibit, self.answer, self.tolerance)
         assert self.generator is not None
         variant = generate(self.generator, f"{self.id}|{seed}")
         fill = {lang: _fill(self.text[lang], variant.params) for lang in LANGS}
@@ -258,12 +270,15 @@ def _question(entry: Any, index: int, file: str, chapter: int) -> Question:
     if kind not in KINDS:
         raise BankError(file, qid, "kind", f"must be one of {', '.join(KINDS)}")
     _no_unknown_keys(entry, _COMMON | _KIND_KEYS[kind], file, qid, "")
-    for key in sorted(_REQUIRED[kind] | {"topic", "text", "explanation"}):
+    for key in sorted(_REQUIRED[kind] | {"topic", "idea", "text", "explanation"}):
         if key not in entry:
             raise BankError(file, qid, key, f"missing (required for kind {kind!r})")
     topic = entry["topic"]
     if not isinstance(topic, str) or not topic.strip():
         raise BankError(file, qid, "topic", "must be a non-empty string")
+    idea = entry["idea"]
+    if not isinstance(idea, str) or not idea.strip():
+        raise BankError(file, qid, "idea", "must be a non-empty string: the idea the question checks")
     chapters = entry.get("chapters", [chapter])
     if (not isinstance(chapters, list) or not chapters
             or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in chapters)):
@@ -279,13 +294,20 @@ def _question(entry: Any, index: int, file: str, chapter: int) -> Question:
     answer: str | frozenset[str] | float | None = None
     tolerance = 0.0
     generator_name = None
+    exhibit = ""
+    wrong_rules: tuple[WrongRule, ...] = ()
     if kind in ("single", "multi"):
         options = _options(entry["options"], file, qid)
         ids = [o.id for o in options]
         answer = _choice_answer(kind, entry["answer"], ids, file, qid)
+        _check_misconceptions(options, answer, file, qid)
+        exhibit = entry.get("exhibit", "")
+        if not isinstance(exhibit, str) or ("exhibit" in entry and not exhibit.strip()):
+            raise BankError(file, qid, "exhibit", "must be a non-empty string (a message or excerpt to read)")
     elif kind == "numeric":
         answer = _number(entry["answer"], file, qid, "answer")
         tolerance = _number(entry["tolerance"], file, qid, "tolerance", minimum=0)
+        wrong_rules = _wrong_rules(entry["misconceptions"], answer, tolerance, file, qid)
     else:
         generator_name = entry["generator"]
         if generator_name not in GENERATORS:
@@ -296,8 +318,42 @@ def _question(entry: Any, index: int, file: str, chapter: int) -> Question:
     if kind != "computed":
         _check_no_placeholders(text, file, qid, "text")
         _check_no_placeholders(explanation, file, qid, "explanation")
-    return Question(qid, kind, topic, tuple(chapters), tuple(tags), text, explanation, options, answer, tolerance,
-                    unit, generator_name, file)
+    return Question(qid, kind, topic, idea, tuple(chapters), tuple(tags), text, explanation, options, answer,
+                    tolerance, unit, generator_name, file, exhibit, wrong_rules)
+
+
+def _check_misconceptions(options: tuple[Option, ...], answer: str | frozenset[str], file: str, qid: str) -> None:
+    """Every wrong option names the misconception it stands for; a right one names none."""
+    right = {answer} if isinstance(answer, str) else set(answer)
+    for i, o in enumerate(options):
+        if o.id in right and o.misconception is not None:
+            raise BankError(file, qid, f"options[{i}].misconception", "a right option states no misconception")
+        if o.id not in right and not o.misconception:
+            raise BankError(file, qid, f"options[{i}].misconception",
+                            "missing: name the mistake a learner makes who picks this wrong option")
+
+
+def _wrong_rules(value: Any, answer: float, tolerance: float, file: str, qid: str) -> tuple[WrongRule, ...]:
+    """A numeric question's wrong rules: each gives a number no other rule, nor the right one, gives."""
+    if not isinstance(value, list) or not value:
+        raise BankError(file, qid, "misconceptions", "must be a non-empty list of {\"rule\", \"answer\"}: the "
+                                                     "wrong rules a learner applies and the numbers they give")
+    rules: list[WrongRule] = []
+    for i, item in enumerate(value):
+        field = f"misconceptions[{i}]"
+        if not isinstance(item, dict):
+            raise BankError(file, qid, field, "must be an object with rule and answer")
+        _no_unknown_keys(item, {"rule", "answer"}, file, qid, f"{field}.")
+        rule = item.get("rule")
+        if not isinstance(rule, str) or not rule.strip():
+            raise BankError(file, qid, f"{field}.rule", "must be a non-empty string")
+        number = _number(item.get("answer"), file, qid, f"{field}.answer")
+        for other in [answer, *(r.answer for r in rules)]:
+            if abs(number - other) <= tolerance:
+                raise BankError(file, qid, f"{field}.answer", f"{number:g} is also what the right rule or another "
+                                "wrong one gives: choose numbers that tell the rules apart")
+        rules.append(WrongRule(rule, number))
+    return tuple(rules)
 
 
 def _options(value: Any, file: str, qid: str) -> tuple[Option, ...]:
@@ -308,13 +364,16 @@ def _options(value: Any, file: str, qid: str) -> tuple[Option, ...]:
         field = f"options[{i}]"
         if not isinstance(opt, dict):
             raise BankError(file, qid, field, "must be an object with id and text")
-        _no_unknown_keys(opt, {"id", "text"}, file, qid, f"{field}.")
+        _no_unknown_keys(opt, {"id", "text", "misconception"}, file, qid, f"{field}.")
         oid = opt.get("id")
         if not isinstance(oid, str) or not OPTION_ID_RE.match(oid):
             raise BankError(file, qid, f"{field}.id", "must be one lower-case letter a-z")
         if any(o.id == oid for o in out):
             raise BankError(file, qid, f"{field}.id", f"duplicate option id {oid!r}")
-        out.append(Option(oid, _text(opt.get("text"), file, qid, f"{field}.text")))
+        misconception = opt.get("misconception")
+        if misconception is not None and (not isinstance(misconception, str) or not misconception.strip()):
+            raise BankError(file, qid, f"{field}.misconception", "must be a non-empty string")
+        out.append(Option(oid, _text(opt.get("text"), file, qid, f"{field}.text"), misconception))
     return tuple(out)
 
 

@@ -12,7 +12,7 @@
   (issue and certify sign with eddsa-rdfc-2022 unless --cryptosuite eddsa-jcs-2022; --status-list FILE gives each
   credential a credentialStatus entry in that list)
   (every command that loads a key takes --passphrase-file FILE or --passphrase-env VAR, or asks at the terminal)
-  check    [BANK.json ...] [--private-bank DIR [--quiz Q]]   check the question bank (schema, option-length cues)
+  check    [BANK.json ...] [--private-bank DIR [--quiz Q]]   check the question bank (schema, option-form cues)
   show     --chapter N [--lang vi] [--seed S]           print a chapter's practice questions as text
   build-graded --bank PRIVATE_DIR [--quiz Q] [--secret-file F] [--new-secret] [--out SOURCE_DIR] [--allow-cues]
                                                        the graded quiz's nbgrader source notebook (prompts only)
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--reason", default="")
     _passphrase_options(r)
 
-    b = sub.add_parser("check", help="check the question bank: its schema, and that option length gives no answer away")
+    b = sub.add_parser("check", help="check the question bank: its schema, and that no option's form gives it away")
     b.add_argument("files", nargs="*", type=Path, help="bank files (default: the practice bank, quizzes/bank/*.json)")
     b.add_argument("--private-bank", type=Path, default=None, metavar="DIR",
                    help="also check a graded quiz's private bank folder (its single-choice questions)")
@@ -136,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out", type=Path, default=Path("source"),
                    help="the nbgrader course's source folder (default: ./source); writes OUT/QUIZ/QUIZ.ipynb")
     g.add_argument("--allow-cues", action="store_true",
-                   help="build even when picking the longest or shortest option passes the single-choice questions")
+                   help="build even when a strategy without the idea (a length rank, a position, the most "
+                        "qualified-looking option) passes the single-choice questions")
     return p
 
 

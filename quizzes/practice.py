@@ -25,6 +25,7 @@ from typing import Any
 from minialloc.lang import messages
 
 from .bank import Question, Text
+from .graded.draw import balanced_keys, place_key
 from .i18n import LANGS, check_lang, pick, to_plain, ui
 from .obfuscate import seal, unseal
 
@@ -105,11 +106,19 @@ def build_payload(questions: Sequence[Question], seed: object, round_: int, limi
     _rng(seed, round_, "order").shuffle(order)
     if limit is not None:
         order = order[:limit]
+    # the right option of the session's single-choice questions at every position equally often (graded.draw)
+    singles = [q for q in order if q.kind == "single"]
+    key_at = dict(zip((q.id for q in singles),
+                      balanced_keys([len(q.options) for q in singles], _rng(seed, round_, "positions")), strict=True))
     items = []
     for q in order:
         r = q.render(f"{seed}|{round_}")
         options = list(r.options)
-        _rng(seed, round_, q.id, "options").shuffle(options)
+        shuffler = _rng(seed, round_, q.id, "options")
+        if q.id in key_at:
+            options = place_key(options, next(o for o in options if o.id == r.answer), key_at[q.id], shuffler)
+        else:
+            shuffler.shuffle(options)
         answer = sorted(r.answer) if isinstance(r.answer, frozenset) else r.answer
         items.append(Item(
             qid=q.id,

@@ -156,8 +156,9 @@ class PracticeQuiz(w.VBox):
         last_one = s.state.index == s.total - 1
         self._next.description = ui("finish" if last_one else "next", lang)
         self._question.value = f"<div>{to_html(pick(item.text, lang))}</div>"
-        self._exhibit.value = (f"<pre style='font-size:0.85em;line-height:1.25'>{html.escape(item.exhibit)}</pre>"
-                               if item.exhibit else "")
+        # pre-wrap: PyTorch's OOM message is one long line; wrapped, it is read without scrolling sideways
+        style = "font-size:0.85em;line-height:1.25;white-space:pre-wrap"
+        self._exhibit.value = f"<pre style='{style}'>{html.escape(item.exhibit)}</pre>" if item.exhibit else ""
         labels = [to_plain(pick(text, lang)) for _, text in item.options]
         if item.kind == "single":
             self._choice.options = list(zip(labels, self._option_ids(), strict=True))

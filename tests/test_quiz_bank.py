@@ -116,6 +116,49 @@ def test_every_claim_of_the_course_has_a_question():
     assert TOPICS <= topics, f"no question for: {sorted(TOPICS - topics)}"
 
 
+def test_every_question_names_its_idea_and_every_wrong_option_its_misconception():
+    """The review (docs/quiz-review.md) is built from these fields; the loader refuses a bank without them."""
+    for q in BANK:
+        assert len(q.idea) >= 30, q.id
+        right = {q.answer} if isinstance(q.answer, str) else set(q.answer) if isinstance(q.answer, frozenset) else set()
+        for o in q.options:
+            assert (o.misconception is None) == (o.id in right), (q.id, o.id)
+        if q.kind == "numeric":
+            assert q.misconceptions, q.id
+
+
+def test_no_question_is_in_two_chapter_quizzes():
+    """A chapter's practice quiz never repeats another chapter's question (chapter 6 once opened with chapter 3's);
+    coming back to an earlier chapter is done by review questions of its own."""
+    for q in BANK:
+        assert q.chapters == (int(Path(q.file).name[2]),), q.id
+
+
+def test_later_chapters_come_back_to_earlier_ones():
+    first_taught: dict[str, int] = {}
+    for q in BANK:
+        if "review" not in q.tags:
+            first_taught.setdefault(q.topic, q.chapters[0])
+    reviews = {c: [q for q in BANK.chapter(c) if "review" in q.tags] for c in range(3, 7)}
+    for chapter, questions in reviews.items():
+        assert questions, f"chapter {chapter} has no review question"
+        for q in questions:
+            assert first_taught.get(q.topic, chapter) < chapter, (q.id, q.topic)
+
+
+def test_questions_that_read_a_message_or_a_snapshot():
+    """Real exhibits: OOM messages in PyTorch's words, snapshot excerpts with PyTorch's block states."""
+    exhibits = [q for q in BANK if q.exhibit]
+    messages = [q for q in exhibits if q.exhibit.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to")]
+    snapshots = [q for q in exhibits if q.exhibit.startswith("segment 0x")]
+    assert len(messages) >= 4 and len(snapshots) >= 3 and len(messages) + len(snapshots) == len(exhibits)
+    for q in messages:
+        assert "If reserved but unallocated memory is large try setting" in q.exhibit, q.id
+    for q in snapshots:
+        assert all(s in ("active_allocated", "inactive", "active_pending_free") for s in
+                   re.findall(r"block\s+(\w+)", q.exhibit)), q.id
+
+
 def test_choice_answers_are_options():
     for q in BANK:
         ids = {o.id for o in q.options}
@@ -195,6 +238,22 @@ def _bool_answer(d):
     _question(d, "c2-frag-figure")["answer"] = True
 
 
+def _no_idea(d):
+    del _question(d, "c2-oom-hint")["idea"]
+
+
+def _distractor_without_misconception(d):
+    q = _question(d, "c2-oom-hint")
+    wrong = next(i for i, o in enumerate(q["options"]) if o["id"] != q["answer"])
+    del q["options"][wrong]["misconception"]
+    d["_expected_field"] = f"options[{wrong}].misconception"
+
+
+def _wrong_rule_gives_the_answer(d):
+    q = _question(d, "c2-frag-figure")
+    q["misconceptions"][1]["answer"] = q["answer"]
+
+
 @pytest.mark.parametrize(("mutate", "qid", "field"), [
     (_drop_vi, "c2-oom-hint", "text.vi"),
     (_drop_option_de, "c2-oom-hint", "options[2].text.de"),
@@ -208,10 +267,14 @@ def _bool_answer(d):
     (_empty_text, "c2-oom-hint", "text.en"),
     (_multi_repeats, "c2-empty-cache", "answer"),
     (_bool_answer, "c2-frag-figure", "answer"),
+    (_no_idea, "c2-oom-hint", "idea"),
+    (_distractor_without_misconception, "c2-oom-hint", None),
+    (_wrong_rule_gives_the_answer, "c2-frag-figure", "misconceptions[1].answer"),
 ])
 def test_malformed_entry_names_file_question_and_field(tmp_path: Path, mutate, qid, field):
     data = copy.deepcopy(_valid_file())
     mutate(data)
+    field = data.pop("_expected_field", field)
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     with pytest.raises(BankError) as info:
@@ -250,3 +313,35 @@ def test_check_command_reports_a_bad_file(tmp_path: Path, capsys):
     assert main(["check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "broken.json" in err and "c2-oom-hint" in err and "text.vi" in err and "Traceback" not in err
+
+
+def _real_segments() -> dict[int, list[tuple[str, dict]]]:
+    import pickle
+
+    found: dict[int, list[tuple[str, dict]]] = {}
+    for path in sorted((ROOT / "tests" / "fixtures" / "real_snapshots").glob("*.pickle")):
+        with path.open("rb") as f:
+            snapshot = pickle.load(f)  # the project's own fixtures (real PyTorch snapshots), not user input
+        for segment in snapshot.get("segments", []):
+            if "address" in segment:
+                found.setdefault(segment["address"], []).append((path.name, segment))
+    return found
+
+
+def test_snapshot_excerpts_are_real():
+    """Every snapshot excerpt a question reads is a segment of one of the real snapshots, block for block (runs
+    reuse addresses, so the segment is looked up by its address, size and blocks)."""
+    segments = _real_segments()
+    excerpts = [q for q in BANK if q.exhibit.startswith("segment 0x")]
+    assert excerpts
+    for q in excerpts:
+        for part in re.split(r"\n(?=segment 0x)", q.exhibit):
+            head, *rows = part.splitlines()
+            address, total = re.match(r"segment (0x[0-9a-f]+)\s+total_size (\d+)", head).groups()
+            shown = []
+            for row in rows:
+                state, size, times = re.match(r"\s*block\s+(\w+)\s+size\s+(\d+).*?(?:x (\d+))?$", row).groups()
+                shown += [(state, int(size))] * int(times or 1)
+            assert any(segment["total_size"] == int(total)
+                       and shown == [(b["state"], b["size"]) for b in segment["blocks"]]
+                       for _, segment in segments.get(int(address, 16), [])), (q.id, address)

@@ -1,51 +1,77 @@
-"""Computed questions: their answers are what minialloc computes, what the shown exhibit gives, and vary by seed."""
+"""Computed questions: their answers are what minialloc computes, what the scenario rebuilt from the question's
+numbers or the exhibit read by hand gives; no exhibit is code; every wrong rule gives another number; answers vary
+by seed."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import io
 import math
 import re
 
 import pytest
 
-from minialloc import OutOfMemoryError
+from minialloc import CachingAllocator, OutOfMemoryError, SimulatedGPU
 from minialloc.sizes import GiB, KiB, MiB
 from quizzes import load_bank
-from quizzes.computed import BLOCK_TOKENS, GENERATORS, IMPORTS, generate
+from quizzes.computed import BLOCK_TOKENS, GENERATORS, distinct, generate
 
 SEEDS = range(12)
 
 
-def _run(code: str) -> dict:
-    namespace: dict = {}
-    exec(compile(code, "<exhibit>", "exec"), namespace)  # the exhibit is code a student may copy and run
-    return namespace
+def _fresh(capacity: str = "8GiB") -> CachingAllocator:
+    return CachingAllocator(SimulatedGPU(capacity), "")
 
+
+# Each reader rebuilds the scenario from the parameters the question shows, as a learner would set it up in
+# minialloc, or reads the exhibit (a summary, an OOM message): an answer independent of the generator's own run.
 
 def _rounding(v):
-    return _run(v.exhibit)["alloc"].memory_allocated()
+    alloc = _fresh()
+    x = alloc.malloc(int(v.params["first"]))
+    alloc.malloc(int(v.params["n"]))
+    alloc.free(x)
+    return alloc.memory_allocated()
 
 
-def _reserved_mib(v):
-    return _run(v.exhibit)["alloc"].memory_reserved() / MiB
+def _segment(v):
+    alloc = _fresh()
+    alloc.free(alloc.malloc(int(v.params["n"])))
+    return alloc.memory_reserved() / MiB
+
+
+def _sequence(v):
+    alloc = _fresh()
+    for size in v.params["sizes"].split(", "):
+        alloc.malloc(int(size) * MiB)
+    return alloc.memory_reserved() / MiB
+
+
+def _best_fit(v):
+    """The rule by hand: the smallest listed block of at least the request."""
+    request = int(v.params["request"])
+    return min(b for b in map(int, v.params["blocks"].split(", ")) if b >= request)
 
 
 def _oom(v):
-    ns = _run(v.exhibit)  # the exhibit stops before the failing call: make it, as its last comment says
+    alloc = _fresh(f"{v.params['capacity']}GiB")
+    alloc.malloc(int(v.params["weights"]) * MiB)
     with pytest.raises(OutOfMemoryError) as info:
-        ns["alloc"].malloc(int(v.params["n"]))
+        alloc.malloc(int(v.params["n"]))
     assert f"Tried to allocate {info.value.report.alloc_size / MiB:.2f} MiB" in str(info.value) or \
         info.value.report.alloc_size >= GiB
     return info.value.report.alloc_size / MiB
 
 
 def _empty_cache(v):
-    ns = _run(v.exhibit)
-    before = ns["alloc"].memory_reserved()
-    ns["alloc"].empty_cache()  # the call the question asks about, after the exhibit
-    return (before - ns["alloc"].memory_reserved()) / MiB
+    alloc = _fresh()
+    ptrs = {}
+    for item in v.params["tensors"].split(", "):  # "m0 (4 MiB)"
+        name, size = item.split(" (")
+        ptrs[name] = alloc.malloc(int(size.removesuffix(" MiB)")) * MiB)
+    for name in v.params["freed"].split(", "):
+        alloc.free(ptrs[name])
+    before = alloc.memory_reserved()
+    alloc.empty_cache()  # the call the question asks about
+    return (before - alloc.memory_reserved()) / MiB
 
 
 _UNITS = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
@@ -94,8 +120,9 @@ def _slots(v):
 # the explanation states. Each must agree with what the generator computed on minialloc.
 INDEPENDENT = {
     "rounding_allocated": (_rounding, 0),
-    "segment_reserved": (_reserved_mib, 0),
-    "reserved_after_sequence": (_reserved_mib, 0),
+    "segment_reserved": (_segment, 0),
+    "reserved_after_sequence": (_sequence, 0),
+    "best_fit_block": (_best_fit, 0),
     "oom_tried_to_allocate": (_oom, 0),
     "summary_reserved_unallocated": (_summary, 0.5),
     "empty_cache_released": (_empty_cache, 0),
@@ -107,24 +134,24 @@ INDEPENDENT = {
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
-def test_no_code_exhibit_shows_its_answer(name):
-    """Run as a notebook cell runs it, a code exhibit prints nothing, raises nothing, and its last line echoes no
-    value (an expression there evaluates to None): the learner applies the rule, the cell does not hand it over."""
+def test_no_exhibit_is_code(name):
+    """A code exhibit is one print() away from its answer: the scenario is told in words, and an exhibit is only
+    something to read (a memory summary, an OOM message in PyTorch's words)."""
     for seed in SEEDS:
+        exhibit = generate(name, seed).exhibit
+        assert "alloc.malloc" not in exhibit and "import" not in exhibit, (name, seed)
+        if exhibit:
+            assert exhibit.startswith(("|", "=", "CUDA out of memory")), (name, seed, exhibit[:80])
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_every_wrong_rule_gives_another_number(name):
+    """The numbers are drawn so that each misconception the generator names gives its own answer, different from
+    the right one: a right answer is evidence of the rule, not of a lucky coincidence (1000 bytes rounds to 1024
+    by the 512-byte rule and by the power-of-two guess alike)."""
+    for seed in range(60):
         v = generate(name, seed)
-        if not v.exhibit.startswith(IMPORTS):
-            continue  # a memory summary or an OOM message to read, not code
-        tree = ast.parse(v.exhibit)
-        *body, last = tree.body
-        out, namespace = io.StringIO(), {}
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            exec(compile(ast.Module(body, []), "<exhibit>", "exec"), namespace)
-            if isinstance(last, ast.Expr):  # what Jupyter would show under the cell
-                echoed = eval(compile(ast.Expression(last.value), "<exhibit>", "eval"), namespace)
-                assert echoed is None, (name, seed, ast.unparse(last), echoed)
-            else:
-                exec(compile(ast.Module([last], []), "<exhibit>", "exec"), namespace)
-        assert out.getvalue() == "", (name, seed, out.getvalue())
+        assert v.wrong and distinct(v.answer, v.wrong, gap=0.004), (name, seed, v.answer, v.wrong)
 
 
 def test_every_generator_is_checked():

@@ -10,6 +10,12 @@ bank and the course secret).
 
 Every student gets the same number of questions from each tier, at the tier's points, so every max score is
 equal; slot i of every student is worth the same, and is the nbgrader grade cell `slot{i:02d}`.
+
+Where an option is shown follows the same care: `balanced_keys` gives each single-choice question's right option
+a position such that, among the questions with the same number of options, every position holds the key equally
+often (to within one), and `place_key` puts the other options around it at random. The practice quiz uses them for
+a session's questions, the graded quiz for its pool's choice questions and each diagnosis part across its variants,
+so "always the first option" (or any position) scores chance, however the bank lists its options.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .answers import AnswerForm
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -81,3 +90,27 @@ def draw(sheet: Sheet, student_id: str) -> list[Slot]:
         for key in (k for k in tier.keys if k in picked):
             slots.append(Slot(slot_id(len(slots) + 1), key, tier.points))
     return slots
+
+
+def balanced_keys(option_counts: Sequence[int], rng: random.Random) -> list[int]:
+    """The key's position (0-based) for questions with these numbers of options, in this order: per number of
+    options, a run of random permutations of the positions, so that each position comes up equally often (+-1)."""
+    runs: dict[int, list[int]] = {}
+    positions = []
+    for n in option_counts:
+        run = runs.setdefault(n, [])
+        if not run:
+            run.extend(range(n))
+            rng.shuffle(run)
+        positions.append(run.pop())
+    return positions
+
+
+def place_key(options: Sequence[T], key: T, position: int, rng: random.Random) -> list[T]:
+    """The options in a random order with `key` at `position`."""
+    others = [o for o in options if o is not key]
+    if len(others) != len(options) - 1:
+        raise ValueError("place_key: the key must be one of the options")
+    rng.shuffle(others)
+    others.insert(position, key)
+    return others

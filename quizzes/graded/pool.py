@@ -23,7 +23,7 @@ from typing import Any
 from ..i18n import LANG_NAMES, LANGS
 from . import diagnosis, secret
 from .answers import AnswerForm
-from .draw import Sheet, SheetTier
+from .draw import Sheet, SheetTier, balanced_keys, place_key
 from .private_bank import Choice, PrivateBankError, PrivateQuestion, QuizDefinition, load_quiz
 
 LETTERS = "abcdefgh"
@@ -69,9 +69,15 @@ def _fill(template: str, params: dict[str, str], where: str) -> str:
     return _PLACEHOLDER.sub(one, template)
 
 
-def _shuffled(options: tuple[Choice, ...], key: bytes, *parts: str) -> list[tuple[str, Choice]]:
+def _shuffled(options: tuple[Choice, ...], key: bytes, *parts: str, right: Choice | None = None,
+              position: int = 0) -> list[tuple[str, Choice]]:
+    """The options shuffled with the secret, relabelled a, b, c...; `right` (when given) at `position`."""
+    shuffler = secret.rng(key, "options", *parts)
     order = list(options)
-    secret.rng(key, "options", *parts).shuffle(order)
+    if right is None:
+        shuffler.shuffle(order)
+    else:
+        order = place_key(order, right, position, shuffler)
     return list(zip(LETTERS, order, strict=False))
 
 
@@ -88,9 +94,11 @@ def _heading(key: str, points: float) -> str:
     return f"### {key} · {points:g} {'point' if points == 1 else 'points'}"
 
 
-def _choice_question(quiz: QuizDefinition, q: PrivateQuestion, key: str, skey: bytes) -> PoolQuestion:
+def _choice_question(quiz: QuizDefinition, q: PrivateQuestion, key: str, skey: bytes, position: int = 0
+                     ) -> PoolQuestion:
     tier = quiz.tier_of(q.kind)
-    labelled = _shuffled(q.options, skey, quiz.name, q.id)
+    right = next(o for o in q.options if o.id == q.answer[0]) if q.kind == "single" else None
+    labelled = _shuffled(q.options, skey, quiz.name, q.id, right=right, position=position)
     letter_of = {o.id: letter for letter, o in labelled}
     form = AnswerForm(q.kind, LETTERS[: len(labelled)])
     lines = [_heading(key, tier.points), "", *_lang_lines(q.text, {}, f"{quiz.file}: {q.id}"), ""]
@@ -106,8 +114,8 @@ def _choice_question(quiz: QuizDefinition, q: PrivateQuestion, key: str, skey: b
     return PoolQuestion(key, q.id, tier.name, tier.points, "\n".join(lines) + "\n", form, expected, (0.0,))
 
 
-def _diagnosis_question(quiz: QuizDefinition, q: PrivateQuestion, variant: int, key: str, skey: bytes
-                        ) -> PoolQuestion:
+def _diagnosis_question(quiz: QuizDefinition, q: PrivateQuestion, variant: int, key: str, skey: bytes,
+                        positions: dict[str, list[int]]) -> PoolQuestion:
     tier = quiz.tier_of(q.kind)
     assert q.scenario is not None
     scenario = diagnosis.generate(q.scenario, secret.rng(skey, "scenario", quiz.name, q.id, str(variant)))
@@ -122,7 +130,9 @@ def _diagnosis_question(quiz: QuizDefinition, q: PrivateQuestion, variant: int, 
         lines.append(f"**Part {number}.**")
         lines += _lang_lines(part.text, scenario.params, where)
         if part.options:
-            labelled = _shuffled(part.options, skey, quiz.name, q.id, str(variant), part.id)
+            right = next(o for o in part.options if o.means == fact)
+            labelled = _shuffled(part.options, skey, quiz.name, q.id, str(variant), part.id, right=right,
+                                 position=positions[part.id][variant - 1])
             lines += ["", *_option_lines(labelled)]
             specs.append(("choice", LETTERS[: len(labelled)]))
             expected.append(next(letter for letter, o in labelled if o.means == fact))
@@ -159,11 +169,21 @@ def build_pool(quiz: QuizDefinition, skey: bytes, *, progress: bool = False) -> 
         from tqdm.auto import tqdm  # instructor-side only; the kernel and the grader never draw a bar
 
         items = tqdm(items, total=len(jobs), desc=f"{quiz.name}: questions", unit="q")
+    # where each right option is shown: balanced over the single-choice questions, and for each diagnosis part
+    # over its question's variants (draw.balanced_keys), so no position is a cue
+    singles = [q for q in quiz.questions if q.kind == "single"]
+    single_at = dict(zip((q.id for q in singles), balanced_keys([len(q.options) for q in singles],
+                                                                  secret.rng(skey, "positions", quiz.name)),
+                         strict=True))
+    part_at = {q.id: {part.id: balanced_keys([len(part.options)] * q.variants,
+                                             secret.rng(skey, "positions", quiz.name, q.id, part.id))
+                      for part in q.parts if part.options}
+               for q in quiz.questions if q.kind == "diagnosis"}
     questions = []
     for number, (q, variant) in items:
         key = f"p{number:0{width}d}"
-        questions.append(_diagnosis_question(quiz, q, variant, key, skey) if q.kind == "diagnosis"
-                         else _choice_question(quiz, q, key, skey))
+        questions.append(_diagnosis_question(quiz, q, variant, key, skey, part_at[q.id]) if q.kind == "diagnosis"
+                         else _choice_question(quiz, q, key, skey, single_at.get(q.id, 0)))
     return Pool(quiz, tuple(questions), _fingerprint(quiz, questions, skey))
 
 

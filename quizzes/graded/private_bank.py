@@ -130,7 +130,9 @@ class _Checker:
         out = []
         for i, o in enumerate(value):
             keys = {"id", "text", "means"} if with_means else {"id", "text"}
-            o = self.obj(o, f"{field}[{i}]", keys, keys)
+            o = self.obj(o, f"{field}[{i}]", keys | {"misconception"}, keys)
+            if "misconception" in o and (not isinstance(o["misconception"], str) or not o["misconception"].strip()):
+                raise self.fail(f"{field}[{i}].misconception", "must be a non-empty string: the mistake it stands for")
             if not isinstance(o["id"], str) or not re.fullmatch(r"[a-z]", o["id"]):
                 raise self.fail(f"{field}[{i}].id", "must be one lower-case letter")
             means = o.get("means")
@@ -151,10 +153,13 @@ def _question(c: _Checker, raw: Any, index: int) -> PrivateQuestion:
     if kind not in KINDS:
         raise c.fail("kind", f"must be one of {', '.join(KINDS)}")
     if kind == "diagnosis":
-        raw = c.obj(raw, None, {"id", "kind", "text", "scenario", "variants", "parts"},
+        raw = c.obj(raw, None, {"id", "kind", "idea", "text", "scenario", "variants", "parts"},
                     {"id", "kind", "text", "scenario", "variants", "parts"})
     else:
-        raw = c.obj(raw, None, {"id", "kind", "text", "options", "answer"}, {"id", "kind", "text", "options", "answer"})
+        raw = c.obj(raw, None, {"id", "kind", "idea", "text", "options", "answer"},
+                    {"id", "kind", "text", "options", "answer"})
+    if "idea" in raw and (not isinstance(raw["idea"], str) or not raw["idea"].strip()):
+        raise c.fail("idea", "must be a non-empty string: the idea the question checks")
     if not isinstance(raw["id"], str) or not ID_RE.match(raw["id"]):
         raise c.fail("id", f"must match {ID_RE.pattern}")
     text = c.text(raw["text"], "text")
