@@ -143,8 +143,8 @@ def test_system_packages_installed_as_root_else_one_line_says_how(project: Path,
                                                 "install -y -q chromium bubblewrap nodejs npm postgresql"]
     else:
         assert done.returncode != 0 and not log.exists()
-        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap nodejs npm postgresql: run  sudo make "
-                                            "system-packages  (apt-get installs them), then make test again"]
+        assert done.stdout.splitlines() == ["the tests need Debian's chromium bubblewrap nodejs npm postgresql: run  "
+                                            "sudo make system-packages  (apt-get installs them), then make test again"]
 
 
 def test_a_python_without_ensurepip_asks_for_python3_venv(project: Path, bare_path: Path):
