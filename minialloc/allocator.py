@@ -226,20 +226,16 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
                 size = self._extended_request(size)
             if self._events:
                 self._process_events()
-            if self._any_divisions:
-                size = round_size(size, self.config.roundup_divisions_for(size))
-            else:  # round_size's plain 512-byte rounding, inline: it runs on every request
-                size = -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+            size = round_size(size, self.config.roundup_divisions_for(size) if self._any_divisions else 0)
             if self._routing and threading.get_ident() in self._routing:  # inside use_mem_pool (get_pool)
                 private = self._private[self._routing[threading.get_ident()][-1]]
                 pool = private.small if size <= K_SMALL_SIZE else private.large
             else:
                 pool = self._small if size <= K_SMALL_SIZE else self._large
+            alloc_size = get_allocation_size(size, self._large_segment_size)
 
             block = self._get_free_block(pool, size, stream)
-            alloc_size = 0  # get_allocation_size, needed only when the cache cannot serve the request
             if block is None:
-                alloc_size = get_allocation_size(size, self._large_segment_size)
                 if self._set_fraction and self._gc_threshold > 0.0:
                     self._garbage_collect_cached_blocks()
                 block = self._alloc_block(pool, size, alloc_size, stream, is_retry=False)
@@ -329,16 +325,14 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
             remaining.size -= size
             pool.insert(remaining)
             if remaining.segment is None:  # expandable segments do not count inactive splits
-                k = 0 if small else 1
                 if already_split:
-                    stats.inactive_split_bytes.current[k] -= size  # PoolStat.decrease, inline
+                    stats.decrease("inactive_split_bytes", small, size)
                 else:
-                    stats.inactive_split_bytes.increase(k, remaining.size)
-                    stats.inactive_split.increase(k, 1)
+                    stats.increase("inactive_split_bytes", small, remaining.size)
+                    stats.increase("inactive_split", small, 1)
         elif already_split and block.segment is None:
-            k = 0 if small else 1
-            stats.inactive_split_bytes.current[k] -= block.size
-            stats.inactive_split.current[k] -= 1
+            stats.decrease("inactive_split_bytes", small, block.size)
+            stats.decrease("inactive_split", small, 1)
 
         block.allocated = True
         block.requested_size = orig_size
@@ -443,15 +437,14 @@ class CachingAllocator(ExtensionHost, MemoryAPI):
         small = pool.is_small
         if block.segment is None:
             # free pieces of split segments: memory empty_cache cannot return (inactive_split)
-            k = 0 if small else 1
             if net_blocks > 0:
-                stats.inactive_split.increase(k, net_blocks)
+                stats.increase("inactive_split", small, net_blocks)
             elif net_blocks < 0:
-                stats.inactive_split.current[k] += net_blocks  # PoolStat.decrease, inline
+                stats.decrease("inactive_split", small, -net_blocks)
             if net_bytes > 0:
-                stats.inactive_split_bytes.increase(k, net_bytes)
+                stats.increase("inactive_split_bytes", small, net_bytes)
             elif net_bytes < 0:
-                stats.inactive_split_bytes.current[k] += net_bytes
+                stats.decrease("inactive_split_bytes", small, -net_bytes)
         stats.free_completed(small, original_size, requested_size)
 
     # -- streams -----------------------------------------------------------------------------------------------

@@ -119,57 +119,15 @@ class DeviceStats:
     def decrease(self, name: str, is_small: bool, amount: int) -> None:
         self.arrays[name].decrease(0 if is_small else 1, amount)
 
-    # The three updates of every malloc and free, written out: they run millions of times in a replay, and five
-    # PoolStat.increase calls cost more than the arithmetic they do (bench/replay.py, profiled). Each block below
-    # is PoolStat.increase(k, amount) inlined.
+    # The three updates of every malloc and free, written out: they run millions of times in a replay.
     def block_allocated(self, is_small: bool, size: int, requested: int) -> None:
         """alloc_found_block: allocation, allocated_bytes, active, active_bytes, requested_bytes go up."""
         k = 0 if is_small else 1
-        stat = self.allocation
-        cur = stat.current
-        c = cur[k] = cur[k] + 1
-        stat.allocated[k] += 1
-        if c > stat.peak[k]:
-            stat.peak[k] = c
-        c += cur[1 - k]  # "all": each pool below its own peak can still add up to more than before
-        if c > stat.all_peak:
-            stat.all_peak = c
-        stat = self.allocated_bytes
-        cur = stat.current
-        c = cur[k] = cur[k] + size
-        stat.allocated[k] += size
-        if c > stat.peak[k]:
-            stat.peak[k] = c
-        c += cur[1 - k]  # "all": each pool below its own peak can still add up to more than before
-        if c > stat.all_peak:
-            stat.all_peak = c
-        stat = self.active
-        cur = stat.current
-        c = cur[k] = cur[k] + 1
-        stat.allocated[k] += 1
-        if c > stat.peak[k]:
-            stat.peak[k] = c
-        c += cur[1 - k]  # "all": each pool below its own peak can still add up to more than before
-        if c > stat.all_peak:
-            stat.all_peak = c
-        stat = self.active_bytes
-        cur = stat.current
-        c = cur[k] = cur[k] + size
-        stat.allocated[k] += size
-        if c > stat.peak[k]:
-            stat.peak[k] = c
-        c += cur[1 - k]  # "all": each pool below its own peak can still add up to more than before
-        if c > stat.all_peak:
-            stat.all_peak = c
-        stat = self.requested_bytes
-        cur = stat.current
-        c = cur[k] = cur[k] + requested
-        stat.allocated[k] += requested
-        if c > stat.peak[k]:
-            stat.peak[k] = c
-        c += cur[1 - k]  # "all": each pool below its own peak can still add up to more than before
-        if c > stat.all_peak:
-            stat.all_peak = c
+        self.allocation.increase(k, 1)
+        self.allocated_bytes.increase(k, size)
+        self.active.increase(k, 1)
+        self.active_bytes.increase(k, size)
+        self.requested_bytes.increase(k, requested)
 
     def free_requested(self, is_small: bool, size: int) -> None:
         """free: allocation and allocated_bytes drop at once, even if the block waits for other streams."""
