@@ -1,0 +1,26 @@
+"""Students added once: however a student enters the gradebook, they also enter the course's group on the hub.
+
+nbgrader adds a student to the JupyterHub group nbgrader-<course> (its JupyterHubAuthPlugin) only when the
+gradebook it writes to was given the authenticator: `nbgrader db student add` and `nbgrader db student import`
+give it (nbgrader/apps/dbapp.py), the formgrader's Manage Students page does not (nbgrader 0.9.6,
+NbGraderAPI.gradebook in nbgrader/apps/api.py opens `Gradebook(db_url, course_id)`): that student lands in the
+gradebook, is not in the group, and sees no course. install() makes NbGraderAPI's gradebook carry the
+authenticator, so the formgrader adds to both. With nbgrader's default NoAuthPlugin (one machine, no hub) adding
+to a course does nothing, as before.
+"""
+
+from __future__ import annotations
+
+
+def install() -> None:
+    """Make every NbGraderAPI (the formgrader's, checked subclasses included) open its gradebook with the
+    authenticator (once per process)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.apps.api import NbGraderAPI
+
+    def gradebook(self) -> Gradebook:
+        return Gradebook(self.coursedir.db_url, self.course_id, self.authenticator)
+
+    gradebook.minialloc_roster = True
+    if not getattr(NbGraderAPI.gradebook.fget, "minialloc_roster", False):
+        NbGraderAPI.gradebook = property(gradebook, doc=NbGraderAPI.gradebook.__doc__)
