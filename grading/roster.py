@@ -2,10 +2,11 @@
 
 nbgrader adds a student to the JupyterHub group nbgrader-<course> (its JupyterHubAuthPlugin) only when the
 gradebook it writes to was given the authenticator: `nbgrader db student add` and `nbgrader db student import`
-give it (nbgrader/apps/dbapp.py), the formgrader's Manage Students page does not (nbgrader 0.9.6,
-NbGraderAPI.gradebook in nbgrader/apps/api.py opens `Gradebook(db_url, course_id)`): that student lands in the
-gradebook, is not in the group, and sees no course. install() makes NbGraderAPI's gradebook carry the
-authenticator, so the formgrader adds to both. With nbgrader's default NoAuthPlugin (one machine, no hub) adding
+give it (nbgrader/apps/dbapp.py), the formgrader's Manage Students page does not (nbgrader 0.9.6: the handlers'
+BaseHandler.gradebook in nbgrader/server_extensions/formgrader/base.py and NbGraderAPI.gradebook in
+nbgrader/apps/api.py open `Gradebook(db_url, course_id)`): that student lands in the gradebook, is not in the
+group, and sees no course. install() makes both gradebooks carry the authenticator, so the formgrader adds to
+both. With nbgrader's default NoAuthPlugin (one machine, no hub) adding
 to a course does nothing, as before.
 """
 
@@ -24,3 +25,17 @@ def install() -> None:
     gradebook.minialloc_roster = True
     if not getattr(NbGraderAPI.gradebook.fget, "minialloc_roster", False):
         NbGraderAPI.gradebook = property(gradebook, doc=NbGraderAPI.gradebook.__doc__)
+
+    from nbgrader.server_extensions.formgrader.base import BaseHandler
+
+    def handler_gradebook(self) -> Gradebook:
+        # the handlers keep one gradebook in the application's settings, as nbgrader's own property does
+        if self.settings["nbgrader_gradebook"] is None:
+            # the extension's own authenticator is None (nbgrader 0.9.6); the API's is made from the configuration
+            authenticator = self.authenticator or self.api.authenticator
+            self.settings["nbgrader_gradebook"] = Gradebook(self.db_url, self.coursedir.course_id, authenticator)
+        return self.settings["nbgrader_gradebook"]
+
+    handler_gradebook.minialloc_roster = True
+    if not getattr(BaseHandler.gradebook.fget, "minialloc_roster", False):
+        BaseHandler.gradebook = property(handler_gradebook)

@@ -12,9 +12,9 @@ MARKED_FILES = {
     "notebooks": {"test_notebooks.py", "test_course_exercises.py", "test_binder.py"},
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
                  "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py",
-                 "test_grading_batch.py", "test_grading_intake.py", "test_sandbox_proc.py"},
+                 "test_grading_batch.py", "test_grading_intake.py", "test_sandbox_proc.py", "test_jupyterhub.py"},
     "browser": {"test_browser.py", "test_grading_browser.py"},
-    "slow": {"test_binder.py", "test_wheel_contents.py"},
+    "slow": {"test_binder.py", "test_wheel_contents.py", "test_jupyterhub.py"},
     "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
 }
 # single tests that need what their file as a whole does not (file name, test function name, every parameter)

@@ -19,6 +19,7 @@ Roles (JupyterHub 2 and later give a service and a group nothing they are not gr
 - a student's server may read its own user's groups (the Assignments tab lists the courses from them).
 """
 
+import grp
 import json
 import os
 import pwd
@@ -53,6 +54,10 @@ c.ConfigurableHTTPProxy.command = ["configurable-http-proxy"]  # from PATH: depl
 # === Logins: PAM (the machine's passwords), members of the class's Unix group only ===============================
 c.JupyterHub.authenticator_class = "pam"
 c.PAMAuthenticator.allowed_groups = {CLASS["login_group"]}
+# the group's members are the hub's users from its start: nbgrader can add a student to the course's group (the
+# formgrader, `nbgrader db student add`) only once the hub knows them, and they need not have logged in yet (a
+# member added to the Unix group later is known after their first login or the hub's next start)
+c.Authenticator.allowed_users = set(grp.getgrnam(CLASS["login_group"]).gr_mem)
 c.Authenticator.admin_users = set()
 # accounts the hub creates (an admin adding a user on the admin page, with create_system_users) get a private home
 c.LocalAuthenticator.add_user_cmd = ["useradd", "-m", "-K", "HOME_MODE=0700"]
@@ -102,13 +107,17 @@ c.JupyterHub.services = [{
     "cwd": CLASS["course_dir"],  # the repository's clone: nbgrader reads its nbgrader_config.py from here
     "environment": {"JUPYTER_CONFIG_PATH": str(HERE / "site"), "MINIALLOC_EXCHANGE": CLASS["exchange"],
                     "JUPYTERHUB_DEFAULT_URL": "/formgrader",
+                    # nbgrader's JupyterHubAuthPlugin needs a user name even in a service (it fails without)
+                    "JUPYTERHUB_USER": CLASS["grader"],
                     "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin"},
     "oauth_no_confirm": True,
 }]
 
 c.JupyterHub.load_groups = {
-    # the instructors open the grading service; nbgrader's auth plugin counts formgrade-<course> as the course too
-    f"formgrade-{COURSE}": {"users": list(CLASS["instructors"])},
+    # the instructors open the grading service; nbgrader's auth plugin counts formgrade-<course> as the course too,
+    # and asks the hub for the grader account's courses (so the grader is a hub user, in this group, as nbgrader's
+    # docs have it; it has no password and no login of its own)
+    f"formgrade-{COURSE}": {"users": [*CLASS["instructors"], CLASS["grader"]]},
     # the students: nbgrader adds them (nbgrader db student add / import, the formgrader's Manage Students)
     f"nbgrader-{COURSE}": {"users": []},
 }
