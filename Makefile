@@ -30,7 +30,7 @@ TEST_STAMP := $(BIN)/.installed-test
 # The editable install puts the repository on sys.path (setuptools' compat mode, a .pth line), not a finder appended
 # to sys.meta_path (its default): with the default, a folder named minialloc in the directory Python starts in (a
 # clone at ~/minialloc, run from the home) is imported as an empty namespace package before the finder is asked.
-EDITABLE := -e . --config-settings editable_mode=compat
+EDITABLE := --config-settings editable_mode=compat
 # JupyterLab: on this machine only, unless HOST says otherwise (HOST=0.0.0.0 on a remote GPU instance). Its root is
 # the repository, so nbgrader's formgrader sees the course directory labs/; JupyterLab runs as root (containers,
 # cloud GPU instances) only when told, so the flag is added for root alone.
@@ -45,18 +45,18 @@ LAB := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir="
 $(BIN)/.installed-course: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(EDITABLE) ".[course]"
+	$(BIN)/python -m pip install -q -e ".[course]" $(EDITABLE)
 	touch $@
 
 # torch first, on its own: the torch extra's looser requirement is then already met and pip changes nothing.
 $(BIN)/.installed-gpu: $(BIN)/.installed-course
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q $(EDITABLE) ".[course,torch,$(CUPY_EXTRA)]"
+	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA)]" $(EDITABLE)
 	touch $@
 
 $(TEST_STAMP): $(COURSE_STAMP)
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q $(EDITABLE) ".[course,torch,$(CUPY_EXTRA),dev]"
+	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA),dev]" $(EDITABLE)
 	touch $@
 
 # Opens the course in JupyterLab on the simulated GPU (no GPU needed). A venv without PyTorch (no driver answered)

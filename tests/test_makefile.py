@@ -32,8 +32,10 @@ def tool(folder: Path, name: str, script: str) -> None:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """The Makefile and pyproject.toml alone, older than any stamp a test writes."""
-    for name in ("Makefile", "pyproject.toml"):
+    """The Makefile and pyproject.toml alone (and the hub's npm files, which `make test` installs from), older than
+    any stamp a test writes."""
+    (tmp_path / "deploy" / "hub").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", "deploy/hub/package.json", "deploy/hub/package-lock.json"):
         shutil.copy(ROOT / name, tmp_path / name)
         os.utime(tmp_path / name, (1_000_000_000, 1_000_000_000))
     return tmp_path
@@ -61,7 +63,7 @@ def pip_lines(dry_run: str) -> list[str]:
 def test_without_a_driver_the_course_installs_no_torch_and_no_cupy(project: Path):
     dry = make(project, "-n", "course").stdout
     assert pip_lines(dry) == ['.venv/bin/python -m pip install -q --upgrade pip',
-                              '.venv/bin/python -m pip install -q -e ".[course]"'], dry
+                              '.venv/bin/python -m pip install -q -e ".[course]" --config-settings editable_mode=compat'], dry
     assert "touch .venv/bin/.installed-course" in dry and ".installed-gpu" not in dry
 
 
@@ -70,7 +72,7 @@ def test_with_a_driver_the_course_installs_cuda_torch_and_cupy_with_the_toolkit(
                                                                                   extra: str):
     installs = pip_lines(make(project, "-n", "course", driver=driver).stdout)
     assert installs[-2:] == [".venv/bin/python -m pip install -q torch==2.13.0",
-                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]"'], installs
+                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]" --config-settings editable_mode=compat'], installs
 
 
 def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
@@ -79,15 +81,15 @@ def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
     (stamps / ".installed-course").touch()  # what `make course` left, newer than the Makefile and pyproject.toml
     dry = make(project, "-n", "-o", "system-packages", "test", f"TORCH_SPEC={CPU_TORCH}").stdout
     assert pip_lines(dry) == [f".venv/bin/python -m pip install -q {CPU_TORCH}",
-                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"'], dry
-    assert "-m venv" not in dry and "touch .venv/bin/.installed-course" not in dry
+                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]" --config-settings editable_mode=compat'], dry
+    assert "-m venv .venv\n" not in dry and "touch .venv/bin/.installed-course" not in dry  # (.venv-hub is the hub's)
     assert "touch .venv/bin/.installed-test" in dry and "pytest" in dry
 
 
 def test_a_fresh_clone_builds_the_course_layer_before_the_test_layer(project: Path):
     installs = pip_lines(make(project, "-n", "-o", "system-packages", "test").stdout)
-    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]"', installs
-    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"', installs
+    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]" --config-settings editable_mode=compat', installs
+    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]" --config-settings editable_mode=compat', installs
 
 
 @pytest.mark.parametrize("has_torch", [False, True])
