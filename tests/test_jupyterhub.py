@@ -27,7 +27,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -55,6 +54,7 @@ USERS = (GRADER, INSTRUCTOR, ALICE, BOB, MALLORY)
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # what a busy two-core machine takes at most, per step (a spawn measured 9 to 14 s; autograde about 10 s a student)
 STEP_S = 240
+RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"  # util-linux; root's PATH has sbin, the users' has not
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates Unix users and runs the hub as root")
 
@@ -92,11 +92,11 @@ def free_port() -> int:
 
 
 def as_user(user: str, argv: list[str], cwd: Path | str, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+            check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
     """`argv` run as `user` (runuser), in `cwd`, with the class's venv first on PATH and nothing of root's."""
     home = pwd.getpwnam(user).pw_dir
     base = {"PATH": f"{HUB_VENV / 'bin'}:/usr/bin:/bin", "HOME": home, "USER": user, "LANG": "C.UTF-8"}
-    done = subprocess.run(["runuser", "-u", user, "--", *argv], cwd=cwd, env={**base, **(env or {})},
+    done = subprocess.run([RUNUSER, "-u", user, "--", *argv], cwd=cwd, env={**base, **(env or {})}, input=input,
                           capture_output=True, text=True, timeout=STEP_S)
     if check:
         assert done.returncode == 0, f"{user}: {argv}: {done.stdout[-4000:]}{done.stderr[-4000:]}"
@@ -188,7 +188,7 @@ def hub() -> Iterator[Hub]:
             sh("useradd", "-m", "-K", "HOME_MODE=0755", "-s", "/bin/bash", *(["-G", LOGIN_GROUP]
                if name != GRADER else []), name)
         sh("chpasswd", input="".join(f"{n}:{p}\n" for n, p in passwords.items()))
-        check = subprocess.run(["runuser", "-u", "nobody", "--", str(HUB_VENV / "bin" / "python"), "-c", "0"],
+        check = subprocess.run([RUNUSER, "-u", "nobody", "--", str(HUB_VENV / "bin" / "python"), "-c", "0"],
                                capture_output=True, text=True)
         assert check.returncode == 0, (f"the hub's users cannot run {HUB_VENV}/bin/python: put the repository in "
                                        f"a folder every account can enter ({check.stderr.strip()})")
@@ -205,8 +205,8 @@ def hub() -> Iterator[Hub]:
             "login_group": LOGIN_GROUP, "exchange": str(exchange)}), encoding="utf-8")
         port = free_port()
         log = state / "hub.log"
-        env = {"PATH": f"{HUB_VENV / 'bin'}:{PROXY_BIN}:/usr/bin:/bin", "MINIALLOC_HUB_CLASS": str(state / "class.json"),
-               "LANG": "C.UTF-8"}
+        env = {"PATH": f"{HUB_VENV / 'bin'}:{PROXY_BIN}:/usr/bin:/bin", "LANG": "C.UTF-8",
+               "MINIALLOC_HUB_CLASS": str(state / "class.json")}
         with open(log, "wb") as out:
             process = subprocess.Popen([str(HUB_VENV / "bin" / "jupyterhub"), "-f", str(HUB_CONFIG), f"--port={port}"],
                                        cwd=state / "hub", env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -326,16 +326,39 @@ def mallory_reads(paths: list[str]) -> list[str]:
     return json.loads(done.stdout)
 
 
-def grader_terminal_env(hub: Hub) -> dict[str, str]:
-    """The environment of a terminal in the grading service: the service process's own (read by root)."""
-    uid = pwd.getpwnam(GRADER).pw_uid
+def terminal_env(user: str) -> dict[str, str]:
+    """The environment of a terminal in `user`'s JupyterLab (the grader's: the grading service's), which knows the
+    exchange and the hub: the server process's own, read by root."""
+    uid = pwd.getpwnam(user).pw_uid
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
-            env = dict(item.split("=", 1) for item in
-                       Path(f"/proc/{entry}/environ").read_bytes().decode().split("\0") if "=" in item)
-            if env.get("JUPYTERHUB_SERVICE_NAME") == COURSE:
-                return {k: v for k, v in env.items() if k.startswith(("JUPYTERHUB_", "JUPYTER_", "MINIALLOC_"))}
-    pytest.fail("the grading service is not running")
+        try:
+            if not entry.isdigit() or os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            items = Path(f"/proc/{entry}/environ").read_bytes().decode().split("\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        env = dict(item.split("=", 1) for item in items if "=" in item)
+        if "JUPYTERHUB_API_TOKEN" in env and (env.get("JUPYTERHUB_SERVICE_NAME") == COURSE or user != GRADER):
+            return {k: v for k, v in env.items() if k.startswith(("JUPYTERHUB_", "JUPYTER_", "MINIALLOC_"))}
+    pytest.fail(f"no server of {user}'s is running")
+
+
+def autograde_while_mallory_tries(run) -> int:
+    """`run()` (an autograde), while mallory tries every scratch folder the grader has, as long as it exists;
+    how many tries found the folders still there afterwards (so they were tried while they held answers)."""
+    scratch_root = Path(tempfile.gettempdir()) / f"minialloc-grader-{pwd.getpwnam(GRADER).pw_uid}"
+    worker = threading.Thread(target=run)
+    worker.start()
+    tried_while_there = 0
+    while worker.is_alive():
+        live = glob.glob(f"{scratch_root}/minialloc-*/**", recursive=True)
+        if live:
+            assert mallory_reads([str(scratch_root), *live]) == []
+            tried_while_there += any(os.path.exists(p) for p in live)
+        time.sleep(0.2)
+    worker.join()
+    assert os.stat(scratch_root).st_mode & 0o777 == 0o700
+    return tried_while_there
 
 
 # --- the class -----------------------------------------------------------------------------------------------------
@@ -388,27 +411,15 @@ def test_a_class_on_jupyterhub(hub: Hub):
     assert done["success"], done
 
     # autograde as the grader, in the sandbox; meanwhile mallory tries every scratch folder while it exists
-    grader_uid = pwd.getpwnam(GRADER).pw_uid
-    scratch_root = Path(tempfile.gettempdir()) / f"minialloc-grader-{grader_uid}"
     results: dict[str, dict] = {}
 
     def autograde() -> None:
         for student in (ALICE, BOB):
             results[student] = hub.formgrader("POST", f"submission/{LAB}/{student}/autograde")
 
-    worker = threading.Thread(target=autograde)
-    worker.start()
-    tried_while_there = 0
-    while worker.is_alive():
-        live = glob.glob(f"{scratch_root}/minialloc-*/**", recursive=True)
-        if live:
-            assert mallory_reads([str(scratch_root), *live]) == []
-            tried_while_there += any(os.path.exists(p) for p in live)
-        time.sleep(0.2)
-    worker.join()
+    assert autograde_while_mallory_tries(autograde) > 0, "autograde left no scratch folder to try"
     assert results[ALICE]["success"] and results[BOB]["success"], results
-    assert tried_while_there > 0, "autograde left no scratch folder to try"
-    assert os.stat(scratch_root).st_mode & 0o777 == 0o700
+    scratch_root = Path(tempfile.gettempdir()) / f"minialloc-grader-{pwd.getpwnam(GRADER).pw_uid}"
 
     scores = {s["student"]: s["score"] for s in hub.formgrader("GET", f"submissions/{LAB}")}
     assert scores == {ALICE: 12.0, BOB: 2.0}
@@ -424,7 +435,7 @@ def test_a_class_on_jupyterhub(hub: Hub):
         assert not any(m in html for m in MARKERS) and "submission_secret" not in html
 
     # the graded quiz: the grader's command line, in a terminal of the grading service
-    terminal = grader_terminal_env(hub)
+    terminal = terminal_env(GRADER)
     quiz_dir = hub.clone / "quizzes" / "graded"
     grader = lambda *argv, **kw: as_user(GRADER, list(argv), quiz_dir, {**terminal, **kw.pop("env", {})}, **kw)  # noqa: E731
     grader("python", "-m", "quizzes", "build-graded", "--bank", str(hub.bank), "--new-secret")
@@ -442,14 +453,22 @@ def test_a_class_on_jupyterhub(hub: Hub):
     quiz_path = f"{COURSE}/{QUIZ}/{QUIZ}.ipynb"
     expected = {}
     for student in (ALICE, BOB):
-        hub.assignments(student, "fetch", QUIZ)
+        if student == ALICE:  # alice in the Assignments tab, bob on the command line of his JupyterLab's terminal
+            hub.assignments(student, "fetch", QUIZ)
+        else:
+            as_user(BOB, ["nbgrader", "fetch_assignment", "--course", COURSE, QUIZ], pwd.getpwnam(BOB).pw_dir,
+                    terminal_env(BOB))
         right = reference_answers(hub.bank, secret, student)
         answers = right if student == ALICE else {k: (v if i % 2 == 0 else "wrong") for i, (k, v) in
                                                   enumerate(sorted(right.items()))}
         nb = quiz_answers(notebook_of(hub, student, quiz_path), student, answers)
         expected[student] = round(sum(s.points for s in grade_notebook(nb, student, hub.bank, secret)), 4)
         save_notebook(hub, student, quiz_path, nb)
-        hub.assignments(student, "submit", QUIZ)
+        if student == ALICE:
+            hub.assignments(student, "submit", QUIZ)
+        else:
+            as_user(BOB, ["nbgrader", "submit", "--course", COURSE, QUIZ], pwd.getpwnam(BOB).pw_dir,
+                    terminal_env(BOB))
     assert expected[ALICE] == 35 and 0 < expected[BOB] < 35
     grader("nbgrader", "collect", QUIZ)
     grader("nbgrader", "autograde", QUIZ, env={"MINIALLOC_PRIVATE_BANK": str(hub.bank)})
@@ -464,17 +483,17 @@ def test_a_class_on_jupyterhub(hub: Hub):
     assert glob.glob(f"{pwd.getpwnam(ALICE).pw_dir}/{COURSE}/{QUIZ}/feedback/*/{QUIZ}.html")
 
     # certificates: the issuer's key in the grader's home, one credential for who passed, verified offline
-    grader("python", "-m", "quizzes", "keygen", "--out", str(hub.keys))
+    made = grader("python", "-m", "quizzes", "keygen", "--out", str(hub.keys))
+    did = re.search(r"issuer id:\s+(did:key:\S+)", made.stdout).group(1)
     key = next(p for p in hub.keys.iterdir() if p.suffix == ".pem")
     grader("python", "-m", "quizzes", "certify", "--gradebook", "sqlite:///gradebook.db", "--assignment", QUIZ,
            "--key", str(key), "--out", str(quiz_dir / "certificates"), "--pass-mark", "80%")
     issued = sorted((quiz_dir / "certificates").glob("*.json"))
     assert len(issued) == 1, issued  # alice passed, bob did not
-    verified = grader("python", "-m", "quizzes", "verify", str(issued[0]), "--email", f"{ALICE}@example.org",
-                      "--issuer", "did:key:" + "x", check=False)
-    grader("python", "-m", "quizzes", "verify", str(issued[0]), "--email", f"{ALICE}@example.org",
-           "--issuer", str(hub.keys / "issuer.json")) if (hub.keys / "issuer.json").exists() else None
-    assert verified.returncode != 0  # another issuer is refused
+    grader("python", "-m", "quizzes", "verify", str(issued[0]), "--issuer", did, "--email", f"{ALICE}@example.org")
+    other = grader("python", "-m", "quizzes", "verify", str(issued[0]), "--issuer", did, "--email",
+                   f"{BOB}@example.org", check=False)
+    assert other.returncode != 0  # issued to alice, not to bob
 
     # the grader's home: a Python started there (beside the clone) imports the package
     done = as_user(GRADER, ["python", "-c", "import minialloc; print(minialloc.__file__)"], cwd=hub.clone.parent)
@@ -487,10 +506,47 @@ def test_a_class_on_jupyterhub(hub: Hub):
                hub.bank, hub.bank / "course.secret", key, scratch_root, alice_home, alice_home / COURSE,
                alice_home / COURSE / LAB / f"{LAB}.ipynb", hub.exchange / COURSE / "inbound",
                hub.exchange / COURSE / "feedback"]
-    private += [Path(p) for p in glob.glob(f"{hub.exchange}/{COURSE}/inbound/{ALICE}+*/*")]
     assert all(os.path.exists(p) for p in private), [p for p in private if not os.path.exists(p)]
     assert mallory_reads([str(p) for p in private]) == []
+    # alice's entries in the exchange: nbgrader makes them readable to all (the grader collects them) under names
+    # no one can list (inbound is write-only) nor guess (a random part); the feedback likewise, named by a hash of
+    # the submission with its secret, which mallory cannot read
+    entries = glob.glob(f"{hub.exchange}/{COURSE}/inbound/{ALICE}+*")
+    assert len(entries) == 2 and all(re.fullmatch(rf"{ALICE}\+\w+\+[^+]+\+[\w-]{{12,}}", Path(e).name)
+                                      for e in entries), entries
     # what she may read: the released assignments
     assert mallory_reads([str(hub.exchange / COURSE / "outbound" / LAB / f"{LAB}.ipynb")]) != []
     log = hub.log.read_text(errors="replace")
     assert "Traceback" not in log, log[-6000:]
+
+
+def test_the_one_machine_exchange_keeps_students_apart(hub: Hub):
+    """labs/README.md's one machine, no hub: the grader's and the students' command lines, nbgrader's default
+    authenticator, an exchange outside the course; mallory, with a shell, reads nothing while autograde runs."""
+    exchange = hub.state / "one-machine-exchange"
+    exchange.mkdir()
+    os.chmod(exchange, 0o1777)  # `sudo make exchange`, here at a folder of the test's
+    flags = [f"--Exchange.root={exchange}"]
+    as_user(GRADER, ["nbgrader", "generate_assignment", LAB, "--force", *flags], hub.clone)
+    as_user(GRADER, ["nbgrader", "release_assignment", LAB, "--force", *flags], hub.clone)
+    for student, tasks in ((ALICE, None), (BOB, {"task1"})):
+        work = Path(pwd.getpwnam(student).pw_dir) / "one-machine"
+        as_user(student, ["mkdir", "-m", "700", str(work)], "/")
+        as_user(student, ["nbgrader", "fetch_assignment", "--course", COURSE, LAB, *flags], work)
+        notebook = work / COURSE / LAB / f"{LAB}.ipynb"
+        answered = nbformat.writes(lab_answers(nbformat.read(notebook, as_version=4), tasks))
+        as_user(student, ["python", "-c", "import sys; open(sys.argv[1], 'w').write(sys.stdin.read())",
+                          str(notebook)], work, input=answered)
+        as_user(student, ["nbgrader", "submit", "--course", COURSE, LAB, *flags], work)
+    assert mallory_reads([str(exchange / COURSE / "inbound"), str(Path(pwd.getpwnam(ALICE).pw_dir) / "one-machine")]
+                         ) == []
+    as_user(GRADER, ["nbgrader", "collect", LAB, "--update", *flags], hub.clone)
+    done = {}
+    tried = autograde_while_mallory_tries(lambda: done.setdefault("run", as_user(
+        GRADER, ["nbgrader", "autograde", LAB, "--force"], hub.clone, check=False)))
+    assert done["run"].returncode == 0, done["run"].stdout[-3000:] + done["run"].stderr[-3000:]
+    assert tried > 0, "autograde left no scratch folder to try"
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{hub.clone / 'labs' / 'gradebook.db'}") as gb:
+        assert {s: gb.find_submission(LAB, s).score for s in (ALICE, BOB)} == {ALICE: 12.0, BOB: 2.0}
