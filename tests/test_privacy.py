@@ -114,16 +114,15 @@ def _nbgrader_settings(cwd: Path, site: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_sites_exchange_holds_for_the_labs_and_the_graded_quiz(tmp_path: Path):
+def test_the_sites_exchange_holds_for_the_labs_and_the_graded_quiz(tmp_path: Path, monkeypatch):
+    """The hub's site configuration (deploy/hub/site/) names the exchange; nbgrader run from the repository root
+    (the labs) and from quizzes/graded/ (the quiz), each reading its nbgrader_config.py last, keeps it."""
     site = tmp_path / "site"
     site.mkdir()
     shutil.copy(ROOT / "deploy" / "hub" / "site" / "nbgrader_config.py", site)
-    os.environ["MINIALLOC_EXCHANGE"] = str(tmp_path / "exchange")
-    try:
-        labs = _nbgrader_settings(ROOT, site)
-        quiz = _nbgrader_settings(ROOT / "quizzes" / "graded", site)
-    finally:
-        del os.environ["MINIALLOC_EXCHANGE"]
+    monkeypatch.setenv("MINIALLOC_EXCHANGE", str(tmp_path / "exchange"))
+    labs = _nbgrader_settings(ROOT, site)
+    quiz = _nbgrader_settings(ROOT / "quizzes" / "graded", site)
     assert labs == quiz == {"root": str(tmp_path / "exchange"), "course": "minialloc-course"}
     hub_class = json.loads((ROOT / "deploy" / "hub" / "class.json").read_text(encoding="utf-8"))
     assert hub_class["course_id"] == labs["course"]
