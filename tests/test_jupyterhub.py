@@ -69,7 +69,10 @@ def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
 def remove_users() -> None:
     for name in USERS:
         if subprocess.run(["id", name], capture_output=True).returncode == 0:
-            stop_processes_of(pwd.getpwnam(name).pw_uid)
+            uid = pwd.getpwnam(name).pw_uid
+            stop_processes_of(uid)
+            # the grader's scratch folder (grading/privacy.py), with what autograde left in it
+            shutil.rmtree(Path(tempfile.gettempdir()) / f"minialloc-grader-{uid}", ignore_errors=True)
             subprocess.run(["userdel", "-r", name], capture_output=True)
     subprocess.run(["groupdel", LOGIN_GROUP], capture_output=True)
 
