@@ -62,7 +62,7 @@ $(TEST_STAMP): $(COURSE_STAMP)
 # Opens the course in JupyterLab on the simulated GPU (no GPU needed). A venv without PyTorch (no driver answered)
 # says in one line how to add it: a CPU build, for chapter 5's trace viewer (chapters 1 to 3's PyTorch cells also
 # need a GPU).
-course: $(COURSE_STAMP) exchange
+course: $(COURSE_STAMP)
 	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || \
 	echo "PyTorch is not installed, so the chapters skip their \
 	PyTorch cells; to add it: $(BIN)/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
