@@ -41,6 +41,9 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# the editable install's mode (Makefile: EDITABLE), after each -e requirement
+COMPAT = " --config-settings editable_mode=compat"
+
 def make(project: Path, *args: str, driver: str | None = None, path: str | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
     """`make ARGS` in project, with a fake nvidia-smi that reports CUDA major `driver`, or fails (no driver)."""
@@ -63,7 +66,7 @@ def pip_lines(dry_run: str) -> list[str]:
 def test_without_a_driver_the_course_installs_no_torch_and_no_cupy(project: Path):
     dry = make(project, "-n", "course").stdout
     assert pip_lines(dry) == ['.venv/bin/python -m pip install -q --upgrade pip',
-                              '.venv/bin/python -m pip install -q -e ".[course]" --config-settings editable_mode=compat'], dry
+                              '.venv/bin/python -m pip install -q -e ".[course]"' + COMPAT], dry
     assert "touch .venv/bin/.installed-course" in dry and ".installed-gpu" not in dry
 
 
@@ -72,7 +75,7 @@ def test_with_a_driver_the_course_installs_cuda_torch_and_cupy_with_the_toolkit(
                                                                                   extra: str):
     installs = pip_lines(make(project, "-n", "course", driver=driver).stdout)
     assert installs[-2:] == [".venv/bin/python -m pip install -q torch==2.13.0",
-                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]" --config-settings editable_mode=compat'], installs
+                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]"' + COMPAT], installs
 
 
 def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
@@ -81,15 +84,15 @@ def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
     (stamps / ".installed-course").touch()  # what `make course` left, newer than the Makefile and pyproject.toml
     dry = make(project, "-n", "-o", "system-packages", "test", f"TORCH_SPEC={CPU_TORCH}").stdout
     assert pip_lines(dry) == [f".venv/bin/python -m pip install -q {CPU_TORCH}",
-                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]" --config-settings editable_mode=compat'], dry
+                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"' + COMPAT], dry
     assert "-m venv .venv\n" not in dry and "touch .venv/bin/.installed-course" not in dry  # (.venv-hub is the hub's)
     assert "touch .venv/bin/.installed-test" in dry and "pytest" in dry
 
 
 def test_a_fresh_clone_builds_the_course_layer_before_the_test_layer(project: Path):
     installs = pip_lines(make(project, "-n", "-o", "system-packages", "test").stdout)
-    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]" --config-settings editable_mode=compat', installs
-    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]" --config-settings editable_mode=compat', installs
+    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]"' + COMPAT, installs
+    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"' + COMPAT, installs
 
 
 @pytest.mark.parametrize("has_torch", [False, True])
