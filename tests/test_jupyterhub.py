@@ -459,6 +459,8 @@ def test_a_class_on_jupyterhub(hub: Hub):
         if student == ALICE:  # alice in the Assignments tab, bob on the command line of his JupyterLab's terminal
             hub.assignments(student, "fetch", QUIZ)
         else:
+            listed = as_user(BOB, ["nbgrader", "list"], pwd.getpwnam(BOB).pw_dir, terminal_env(BOB))
+            assert f"{COURSE} {QUIZ}" in listed.stdout + listed.stderr
             as_user(BOB, ["nbgrader", "fetch_assignment", "--course", COURSE, QUIZ], pwd.getpwnam(BOB).pw_dir,
                     terminal_env(BOB))
         right = reference_answers(hub.bank, secret, student)
@@ -483,7 +485,12 @@ def test_a_class_on_jupyterhub(hub: Hub):
         quiz_scores = {s: gb.find_submission(QUIZ, s).score for s in (ALICE, BOB)}
     assert quiz_scores == expected
     hub.assignments(ALICE, "fetch_feedback", QUIZ)
-    assert glob.glob(f"{pwd.getpwnam(ALICE).pw_dir}/{COURSE}/{QUIZ}/feedback/*/{QUIZ}.html")
+    as_user(BOB, ["nbgrader", "fetch_feedback", "--course", COURSE, QUIZ], pwd.getpwnam(BOB).pw_dir,
+            terminal_env(BOB))
+    for student in (ALICE, BOB):
+        assert glob.glob(f"{pwd.getpwnam(student).pw_dir}/{COURSE}/{QUIZ}/feedback/*/{QUIZ}.html"), student
+    listed = as_user(MALLORY, ["nbgrader", "list"], pwd.getpwnam(MALLORY).pw_dir, terminal_env(MALLORY))
+    assert COURSE not in listed.stdout + listed.stderr  # in no course: nothing released to her
 
     # certificates: the issuer's key in the grader's home, one credential for who passed, verified offline
     made = grader("python", "-m", "quizzes", "keygen", "--out", str(hub.keys))
