@@ -31,6 +31,10 @@ COURSE_STAMP := $(BIN)/.installed-$(if $(CUDA_MAJOR),gpu,course)
 TEST_STAMP := $(BIN)/.installed-test
 # npm ci: the lock file's exact versions and integrity hashes; --ignore-scripts: no package runs code at install
 INTEROP_STAMP := tests/interop/node_modules/.installed
+# The editable install puts the repository on sys.path (setuptools' compat mode, a .pth line), not a finder appended
+# to sys.meta_path (its default): with the default, a folder named minialloc in the directory Python starts in (a
+# clone at ~/minialloc, run from the home) is imported as an empty namespace package before the finder is asked.
+EDITABLE := --config-settings editable_mode=compat
 # JupyterLab: on this machine only, unless HOST says otherwise (HOST=0.0.0.0 on a remote GPU instance). Its root is
 # the repository, so nbgrader's formgrader sees the course directory labs/; JupyterLab runs as root (containers,
 # cloud GPU instances) only when told, so the flag is added for root alone.
@@ -40,23 +44,23 @@ PORT ?= 8888
 LAB := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 	$(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: course grade grade-quiz test check system-packages bench gpu-check clean-venv student-labs i18n
+.PHONY: course grade grade-quiz exchange hub test check system-packages bench gpu-check clean-venv student-labs i18n
 
 $(BIN)/.installed-course: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[course]"
+	$(BIN)/python -m pip install -q -e ".[course]" $(EDITABLE)
 	touch $@
 
 # torch first, on its own: the torch extra's looser requirement is then already met and pip changes nothing.
 $(BIN)/.installed-gpu: $(BIN)/.installed-course
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA)]"
+	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA)]" $(EDITABLE)
 	touch $@
 
 $(TEST_STAMP): $(COURSE_STAMP)
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA),dev]"
+	$(BIN)/python -m pip install -q -e ".[course,torch,$(CUPY_EXTRA),dev]" $(EDITABLE)
 	touch $@
 
 $(INTEROP_STAMP): tests/interop/package.json tests/interop/package-lock.json
@@ -66,7 +70,7 @@ $(INTEROP_STAMP): tests/interop/package.json tests/interop/package-lock.json
 # Opens the course in JupyterLab on the simulated GPU (no GPU needed). A venv without PyTorch (no driver answered)
 # says in one line how to add it: a CPU build, for chapter 5's trace viewer (chapters 1 to 3's PyTorch cells also
 # need a GPU).
-course: $(COURSE_STAMP) labs/exchange
+course: $(COURSE_STAMP)
 	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" || \
 	echo "PyTorch is not installed, so the chapters skip their \
 	PyTorch cells; to add it: $(BIN)/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
@@ -79,24 +83,45 @@ course: $(COURSE_STAMP) labs/exchange
 # Content-Security-Policy on the formgrader and on served files, escaped and sanitized formgrader pages). The
 # extension is named on the command line, so the instructor's own Jupyter configuration still applies.
 GRADE_GUARD := --ServerApp.jpserver_extensions=grading.browser_guard=True
-grade: $(COURSE_STAMP) labs/exchange
+grade: $(COURSE_STAMP) exchange
 	$(LAB) $(GRADE_GUARD) --LabApp.default_url=/formgrader
 
-# nbgrader's exchange on this machine (nbgrader_config.py: Exchange.root), shared and sticky as nbgrader wants it;
-# release and collect through it also need CourseDirectory.course_id (labs/README.md)
-labs/exchange:
-	mkdir -p $@ && chmod 3777 $@
+# nbgrader's exchange on this machine: its default root, outside the course directory (no repository file sets
+# Exchange.root: a site's /etc/jupyter/nbgrader_config.py names its own). Made by root, shared and sticky as nbgrader
+# wants it; for anyone else a missing one is a one-line hint (grading works without it, release and collect do not).
+EXCHANGE ?= /usr/local/share/nbgrader/exchange
+exchange:
+	@if [ -d "$(EXCHANGE)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then mkdir -p "$(EXCHANGE)" && chmod 1777 "$(EXCHANGE)"; \
+	else echo "nbgrader's exchange $(EXCHANGE) is missing (release and collect need it): run  sudo make exchange"; fi
 
 # The graded quiz is a course of its own (quizzes/graded/, built by `python -m quizzes build-graded --bank DIR`):
 # its formgrader, served from there so nbgrader reads that course's nbgrader_config.py.
 grade-quiz: $(COURSE_STAMP)
 	cd quizzes/graded && $(subst $(BIN)/,$(CURDIR)/$(BIN)/,$(LAB)) $(GRADE_GUARD) --LabApp.default_url=/formgrader
 
+# The class on one machine's JupyterHub (deploy/hub/, docs/jupyterhub.md; tests/test_jupyterhub.py runs it): a venv
+# every account can run, so made from the system's Python (a Python under root's home cannot be run by the hub's
+# users), with minialloc installed as a package (not editable: no account needs this folder), JupyterHub (the hub
+# extra) and the proxy from npm (deploy/hub/package.json, locked), in deploy/hub/node_modules/.
+HUB_PYTHON ?= /usr/bin/python3
+HUB_VENV ?= .venv-hub
+HUB_STAMP := $(HUB_VENV)/bin/.installed-hub
+# installed, not editable: the copy is made again whenever a file of the packages changes
+HUB_SOURCES := $(shell find minialloc quizzes grading course_i18n -type f -not -path '*/__pycache__/*' 2>/dev/null)
+$(HUB_STAMP): pyproject.toml Makefile deploy/hub/package.json deploy/hub/package-lock.json $(HUB_SOURCES)
+	test -x $(HUB_VENV)/bin/python || $(HUB_PYTHON) -m venv $(HUB_VENV)
+	$(HUB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(HUB_VENV)/bin/python -m pip install -q ".[course,hub]"
+	cd deploy/hub && npm ci --silent --no-audit --no-fund
+	touch $@
+hub: $(HUB_STAMP)
+
 # The whole test suite: lint, then every test (notebooks, nbgrader, a real browser and Binder included). The system
 # packages come first, so that a machine that lacks them says so before pip's minutes.
 # two workers (pytest-xdist): the notebooks and nbgrader runs keep both cores busy
 TEST_WORKERS ?= 2
-test: system-packages $(TEST_STAMP) $(INTEROP_STAMP)
+test: system-packages $(TEST_STAMP) $(INTEROP_STAMP) $(HUB_STAMP)
 	$(BIN)/ruff check minialloc quizzes grading course_i18n tests bench tools nbgrader_config.py
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 

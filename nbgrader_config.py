@@ -18,7 +18,7 @@ import os
 from nbgrader.converters.autograde import Autograde
 from nbgrader.preprocessors import ClearHiddenTests, Execute, GetGrades, OverwriteCells, SaveAutoGrades
 
-from grading import sanitize
+from grading import privacy, sanitize
 from grading.export import SafeCsvExportPlugin
 from grading.intake import CheckedCollect, install
 from grading.labgrade import LabGrade
@@ -49,9 +49,14 @@ c.CourseDirectory.submitted_directory = "submitted"  # labs/submitted/<student>/
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 # the gradebook is sqlite:///<root>/gradebook.db unless CourseDirectory.db_url says otherwise (docs/jupyterhub.md)
-# release and collect on one machine go through labs/exchange/ (a hub sets its own exchange: docs/jupyterhub.md);
-# nbgrader's default, /usr/local/share/nbgrader/exchange, needs root to create
-c.Exchange.root = os.path.join(REPO, "labs", "exchange")
+# The course's id in the exchange and on a hub (its service, its nbgrader-<id> group, the folder students fetch
+# into): not the package's name, and no Python name at all, so a folder made by a fetch (~/minialloc-course/)
+# cannot be imported in place of a package. The graded quiz (quizzes/graded/) is released under the same id.
+c.CourseDirectory.course_id = "minialloc-course"
+# No Exchange.root here: the exchange is the site's, set once (/etc/jupyter/nbgrader_config.py on a hub:
+# deploy/hub/), else nbgrader's default /usr/local/share/nbgrader/exchange (`sudo make exchange`); a repository
+# file loaded last would override the site's. It lives outside the course directory, so that students never need
+# to enter this folder (grading/privacy.py: the grading commands refuse while other accounts can read it).
 
 # === generate_assignment: what the students' copy loses (nbgrader's defaults, spelled out) =======================
 c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"  # ### BEGIN SOLUTION ... ### END SOLUTION
@@ -67,6 +72,9 @@ c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # nbgrader's apps at the checking subclasses. Student ids and assignment names outside
 # [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (no '..') are refused by name at collect and autograde; the rest is graded.
 install()
+# the grading commands check that no other account can read the course directory, the gradebook, the private
+# bank or the keys, and run with the umask 077 (grading/privacy.py)
+privacy.install()
 c.ExchangeFactory.collect = CheckedCollect
 # collect refuses (nbgrader only warns) a submission whose exchange folder does not belong to the user named by
 # its student id (login name == student id on one machine); off only where the exchange is not per-user

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
 
+from .privacy import scratch_root
 from .sandbox import Policy
 
 DRIVER = Path(__file__).with_name("labdriver.py")
@@ -139,7 +140,7 @@ def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float,
     `sandbox=False` (autograde already confined, GuardedExecute.sandbox off) runs the process unconfined: the
     grading copy of minialloc still comes first on its path, but the rest of the machine is readable to it.
     """
-    scratch = Path(tempfile.mkdtemp(prefix="minialloc-labgrade-"))
+    scratch = Path(tempfile.mkdtemp(prefix="minialloc-labgrade-", dir=scratch_root()))  # private: grading/privacy.py
     run = Run([Outcome() for _ in steps])
     try:
         os.chmod(scratch, 0o755)

@@ -48,6 +48,8 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Int, List, Unicode, default
 
+from .privacy import scratch_root
+
 GiB = 1024**3
 MiB = 1024**2
 
@@ -396,7 +398,8 @@ class SandboxKernelManager(AsyncKernelManager):
         return capped_context(self.max_message_bytes)
 
     async def _async_pre_start_kernel(self, **kw):
-        self._scratch = Path(tempfile.mkdtemp(prefix="minialloc-sandbox-"))
+        # inside a folder only the grader can enter (grading/privacy.py): the copy holds the student's answers
+        self._scratch = Path(tempfile.mkdtemp(prefix="minialloc-sandbox-", dir=scratch_root()))
         os.chmod(self._scratch, 0o711)
         conn = self._scratch / "conn"
         conn.mkdir(mode=0o700)

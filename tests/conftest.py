@@ -13,15 +13,16 @@ MARKED_FILES = {
     "nbgrader": {"test_labs.py", "test_nbgrader_hostile.py", "test_sandbox.py", "test_quiz_graded.py",
                  "test_cert_gradebook.py", "test_sandbox_packages.py", "test_grading_browser.py",
                  "test_grading_batch.py", "test_grading_intake.py", "test_sandbox_proc.py",
-                 "test_parallel_grading.py"},
+                 "test_parallel_grading.py", "test_jupyterhub.py"},
     "browser": {"test_browser.py", "test_grading_browser.py"},
-    "slow": {"test_binder.py", "test_wheel_contents.py"},
+    "slow": {"test_binder.py", "test_wheel_contents.py", "test_jupyterhub.py"},
     "gpu": {"test_cuda_device.py", "test_cupy_allocator.py"},
 }
 # single tests that need what their file as a whole does not (file name, test function name, every parameter)
 MARKED_TESTS = {
     "notebooks": {("test_viz.py", "test_in_a_notebook_each_plot_shows_once_and_the_stepper_exports_a_png")},
-    "nbgrader": {("test_i18n.py", "test_lab_round_trip_translate_build_grade_check")},
+    "nbgrader": {("test_i18n.py", "test_lab_round_trip_translate_build_grade_check"),
+                 ("test_privacy.py", "test_a_grading_command_on_a_readable_course_refuses_with_the_fix")},
     # the slowest of the rest (several seconds each, most starting a Python with torch or a compiler), so that
     # `make check` stays under a minute; `make test` still runs them
     "slow": {

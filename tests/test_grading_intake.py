@@ -89,7 +89,7 @@ class Course:
         os.chmod(self.exchange, 0o777)
         os.chmod(self.exchange / COURSE, 0o755)
         os.chmod(self.inbound, 0o2733)  # what nbgrader's release makes: students write, cannot list
-        self.root.mkdir()
+        self.root.mkdir(mode=0o700)  # the grader's alone: grading/privacy.py refuses a course others can read
         self.secret = tmp / "course.secret"  # the instructor's: root's, 0600
         self.secret.write_bytes(SECRET)
         self.secret.chmod(0o600)

@@ -33,13 +33,18 @@ def tool(folder: Path, name: str, script: str) -> None:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """The Makefile, pyproject.toml and the npm test layer's manifests alone, older than any stamp a test writes."""
-    for name in ("Makefile", "pyproject.toml", "tests/interop/package.json", "tests/interop/package-lock.json"):
+    """The Makefile, pyproject.toml and the npm manifests (the certificate verifiers' and the hub's proxy, which
+    `make test` installs from) alone, older than any stamp a test writes."""
+    for name in ("Makefile", "pyproject.toml", "tests/interop/package.json", "tests/interop/package-lock.json",
+                 "deploy/hub/package.json", "deploy/hub/package-lock.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
         os.utime(tmp_path / name, (1_000_000_000, 1_000_000_000))
     return tmp_path
 
+
+# the editable install's mode (Makefile: EDITABLE), after each -e requirement
+COMPAT = " --config-settings editable_mode=compat"
 
 def make(project: Path, *args: str, driver: str | None = None, path: str | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
@@ -63,7 +68,7 @@ def pip_lines(dry_run: str) -> list[str]:
 def test_without_a_driver_the_course_installs_no_torch_and_no_cupy(project: Path):
     dry = make(project, "-n", "course").stdout
     assert pip_lines(dry) == ['.venv/bin/python -m pip install -q --upgrade pip',
-                              '.venv/bin/python -m pip install -q -e ".[course]"'], dry
+                              '.venv/bin/python -m pip install -q -e ".[course]"' + COMPAT], dry
     assert "touch .venv/bin/.installed-course" in dry and ".installed-gpu" not in dry
 
 
@@ -72,7 +77,7 @@ def test_with_a_driver_the_course_installs_cuda_torch_and_cupy_with_the_toolkit(
                                                                                   extra: str):
     installs = pip_lines(make(project, "-n", "course", driver=driver).stdout)
     assert installs[-2:] == [".venv/bin/python -m pip install -q torch==2.13.0",
-                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]"'], installs
+                             f'.venv/bin/python -m pip install -q -e ".[course,torch,{extra}]"' + COMPAT], installs
 
 
 def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
@@ -81,25 +86,28 @@ def test_a_course_venv_is_completed_for_the_tests_not_rebuilt(project: Path):
     (stamps / ".installed-course").touch()  # what `make course` left, newer than the Makefile and pyproject.toml
     dry = make(project, "-n", "-o", "system-packages", "test", f"TORCH_SPEC={CPU_TORCH}").stdout
     assert pip_lines(dry) == [f".venv/bin/python -m pip install -q {CPU_TORCH}",
-                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"'], dry
-    assert "-m venv" not in dry and "touch .venv/bin/.installed-course" not in dry
+                              '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"' + COMPAT], dry
+    assert "-m venv .venv\n" not in dry and "touch .venv/bin/.installed-course" not in dry  # (.venv-hub is the hub's)
     assert "touch .venv/bin/.installed-test" in dry and "pytest" in dry
 
 
 def test_a_fresh_clone_builds_the_course_layer_before_the_test_layer(project: Path):
     installs = pip_lines(make(project, "-n", "-o", "system-packages", "test").stdout)
-    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]"', installs
-    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"', installs
+    assert installs[1] == '.venv/bin/python -m pip install -q -e ".[course]"' + COMPAT, installs
+    assert installs[-1] == '.venv/bin/python -m pip install -q -e ".[course,torch,gpu,dev]"' + COMPAT, installs
+
+
+HUB = ".venv-hub/bin/.installed-hub"  # the class hub's venv and proxy, which `make test` also builds
 
 
 def test_the_certificate_verifiers_are_installed_from_the_lock_file_and_only_once(project: Path):
     """npm ci (the lock file's exact versions, no install scripts) before the tests; a stamp keeps it to once."""
     for target in ("test", "check"):
-        dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", target).stdout
+        dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", "-o", HUB, target).stdout
         assert "cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund" in dry, dry
     (project / "tests/interop/node_modules").mkdir()
     (project / "tests/interop/node_modules/.installed").touch()
-    dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", "test").stdout
+    dry = make(project, "-n", "-o", "system-packages", "-o", ".venv/bin/.installed-test", "-o", HUB, "test").stdout
     assert "npm ci" not in dry and "pytest" in dry
 
 
