@@ -178,9 +178,32 @@ def test_system_packages_present_means_nothing_to_do(project: Path, bare_path: P
 
 
 def test_ci_runs_make_test_and_nothing_else():
-    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "exec make test"]
+    commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert commands[:2] == ["set -euo pipefail", 'cd "$(dirname "$0")/.."'] and commands[-1] == "exec make test"
+    assert [c for c in commands if "make" in c.split()] == ["make test", "exec make test"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the second clone is made only as root, for the hub's Unix users")
+def test_ci_in_a_folder_other_accounts_cannot_enter_tests_a_clone_they_can(tmp_path: Path):
+    """The class test runs students' servers from the repository's venv, as other accounts: a clone under a 0700
+    folder is cloned again into one they can enter, and `make test` runs there (a stand-in make says where)."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    clone = private / "minialloc"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(clone)], check=True)
+    shutil.copy(ROOT / ".ci" / "run", clone / ".ci" / "run")  # the working tree's, committed or not
+    fake = tmp_path / "bin"
+    tool(fake, "make", f'echo "$PWD $*" > {tmp_path / "make.log"}; stat -c %a "$PWD/.." >> {tmp_path / "make.log"}')
+    path = f"{fake}:{os.environ['PATH']}"
+    done = subprocess.run(["bash", str(clone / ".ci" / "run")], env={**os.environ, "PATH": path},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    where, args = (tmp_path / "make.log").read_text().splitlines()[0].split(" ", 1)
+    assert args == "test" and not where.startswith(str(private)) and Path(where).name == "minialloc", where
+    assert (tmp_path / "make.log").read_text().splitlines()[1] == "755"
+    assert not Path(where).exists()  # the second clone is removed when the run ends
 
 
 def test_make_check_does_not_import_the_files_its_markers_leave_out():
