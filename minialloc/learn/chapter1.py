@@ -37,6 +37,9 @@ TEXT = messages("minialloc.learn.chapter1.TEXT", {
     "not_address_hint": "return the address: the cached segment's, or what device.malloc returned",
     "calls": "{case}: your driver calls were [{calls}], which is not what the allocator does",
     "calls_hint":
+        "compare your driver calls with the three places a segment can come from, in rule 7's order: which one "
+        "needs no driver call, and what must have failed before the cache is released?",
+    "calls_fix":
         "the order is: best fit from the cache (no driver call); else device.malloc; only if that raises, "
         "device.free every cached segment, empty the list, and device.malloc again",
     "calls_cached_hint": "a cached segment that fits is handed out without any driver call",
@@ -220,7 +223,7 @@ def check_get_segment(get_segment: Callable[..., int]) -> str:
             else:
                 hint = "calls_hint"
             raise Wrong(say(TEXT, "calls", case=case, calls=_describe(gpu.calls)), say(TEXT, hint),
-                        rule=say(TEXT, "retry_rule"))
+                        rule=say(TEXT, "retry_rule"), fix=say(TEXT, "calls_fix"))
         if expected is not None:
             # addresses of fresh mallocs depend on the order of calls, already compared: compare the outcome
             expect(got == expected, say(TEXT, "best_fit", case=case, address=f"{got:#x}"), say(TEXT, "best_fit_hint"),
