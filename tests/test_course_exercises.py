@@ -401,3 +401,12 @@ def test_every_check_cell_judges_the_same_out_of_order(chapter: Path, monkeypatc
     assert [v for v, _ in again] == ["right" if kinds[eid][0] == "predict" else "passed" for _, eid in again], again
     for eid, first, rerun in reruns:
         assert _shown_text(nb.cells[rerun]) == _shown_text(nb.cells[first]), f"{eid}: rerun out of order differs"
+
+
+@pytest.mark.parametrize("chapter", ENGLISH, ids=[p.stem[:2] for p in ENGLISH])
+def test_no_chapter_cell_starts_minialloc_in_a_new_process(chapter: Path) -> None:
+    """A chapter's cells call minialloc's tools in the kernel, on what the chapter has already read: a new
+    `python -m minialloc ...` process per run loads and validates the snapshot again (chapter 5 took 52 s so)."""
+    for cell in nbformat.read(chapter, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not re.search(r"""["']-m["'],\s*["']minialloc["']""", cell.source), cell.source[:200]
