@@ -488,8 +488,13 @@ def end_every_session(made: MadeLab) -> None:
 
 
 def saved_widget_state(path: Path) -> dict:
-    return nbformat.read(path, as_version=4).metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    """The widget state saved in the notebook file; {} until JupyterLab has written a complete file (on a busy
+    machine a read can land in the middle of its save, and see an empty or cut file)."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):  # nbformat's NotJSONError is a ValueError: the file is still being written
+        return {}
+    return nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
 
 
 def run_cells(page, indices: list[int]) -> None:
@@ -553,6 +558,9 @@ def test_the_learners_lab_reopens_a_saved_quiz_and_has_no_validate_button(first_
     toolbar = page.locator(f"{PANEL} .jp-NotebookPanel-toolbar")
     toolbar.locator(".jp-Toolbar-kernelName").first.wait_for()  # the toolbar is built (nbgrader adds to it then)
     assert toolbar.locator(".validate-button").count() == 0, toolbar.inner_text()
+    menus = page.locator(".lm-MenuBar-content").first.inner_text()
+    assert "Nbgrader" not in menus, menus  # the instructor's tools are not the learner's
+    assert not page.locator(".Toastify__toast", has_text="Jupyter news").count()  # nor JupyterLab's news toast
 
     run_cells(page, [index])
     cell = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
@@ -582,6 +590,10 @@ def test_the_learners_lab_reopens_a_saved_stepper(first_command, page):
     shot(page, "learner-stepper-before-save", cell)
     save_end_and_reopen(page, first_command, path)
     assert_reopened_widget(page, index, ".widget-slider", "stepper")
+    # the saved controls say in words that no kernel answers: no red broken-link icon on top of them
+    broken = page.evaluate("() => [...document.querySelectorAll('.jupyter-widgets-disconnected')]"
+                           ".filter(e => !['none', 'normal'].includes(getComputedStyle(e, '::before').content)).length")
+    assert broken == 0, f"{broken} widgets show ipywidgets' broken-link icon"
 
 
 def test_the_instructors_lab_keeps_the_validate_button(instructor_lab, page):

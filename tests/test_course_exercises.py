@@ -10,6 +10,7 @@ The blank run is also the chapter's "does it run top to bottom" test: tests/test
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 from pathlib import Path
@@ -139,6 +140,10 @@ def test_chapter_runs_blank(chapter: Path, monkeypatch: pytest.MonkeyPatch, tmp_
     assert all(v == "not yet" for v in results.values()), results
     # the same run, read as a learner who pressed Run All: nothing before a prediction gives its answer away
     spoilers = [problem for pid, cell in predictions(nb) for problem in spoiled(nb, pid, cell, answer_of(chapter, pid))]
+    # ... nor anywhere after it: Run All leaves every prediction blank, so no later output, markdown or source may
+    # state an answer either (a later exhibit that shows it waits for the prediction)
+    spoilers += [problem for pid, cell in predictions(nb)
+                 for problem in spoiled_later(nb, pid, cell, answer_of(chapter, pid))]
     assert not spoilers, "\n".join(spoilers)
 
 
@@ -198,6 +203,13 @@ def _output_text(output: nbformat.NotebookNode) -> str:
     return output.get("text", "") if output.output_type == "stream" else output.get("data", {}).get("text/plain", "")
 
 
+def _html_text(output: nbformat.NotebookNode) -> str:
+    """An output's HTML as the words it shows (a widget's static fallback: the stepper's key frames' captions)."""
+    markup = output.get("data", {}).get("text/html", "") if output.output_type != "stream" else ""
+    markup = re.sub(r'src="data:[^"]*"', "", markup)  # the embedded pictures' bytes are no words
+    return html.unescape(re.sub(r"<[^>]+>", " ", markup))
+
+
 def _text_of(cell: nbformat.NotebookNode) -> list[str]:
     return [cell.source, *(_output_text(o) for o in cell.get("outputs", []))]
 
@@ -223,6 +235,55 @@ def spoiled(nb: nbformat.NotebookNode, pid: str, at: int, answer: Any) -> list[s
         problems.append(f"{pid}: the blank reveal cell printed no 'not yet' line")
     elif [o for o in outputs[verdict[-1] + 1:] if o.output_type != "execute_result"]:
         problems.append(f"{pid}: the blank reveal cell prints more after 'not yet' (hold it back until predicted)")
+    return problems
+
+
+def later_forms(nb: nbformat.NotebookNode, at: int, answer: Any) -> list[str]:
+    """The forms of an answer a later cell must not show: the whole answer's, and for a tuple each byte count in
+    it that no cell up to the prediction states (a size given in the question, or taught before it, is a rule to
+    apply; one first printed after it is the learner's to work out)."""
+    forms = answer_forms(answer)
+    if isinstance(answer, tuple):
+        before = "\n".join(text for cell in nb.cells[:at + 1] for text in _text_of(cell))
+        for part in answer:
+            part_forms = answer_forms(part) if isinstance(part, int) and part >= 1024 * 1024 else []
+            if part_forms and not any(re.search(rf"(?<![\d.,]){re.escape(f)}", before) for f in part_forms):
+                forms += part_forms
+    return forms
+
+
+def spoiled_later(nb: nbformat.NotebookNode, pid: str, at: int, answer: Any) -> list[str]:
+    """The answer of prediction ``pid`` anywhere after its reveal cell, in a blank Run All: any output, markdown or
+    source; and a word answer quoted in the reveal cell's own source (a check that holds its answer)."""
+    problems = []
+    reveal = reveal_cell(nb, pid, at)
+    for n in range(reveal, len(nb.cells)):
+        texts = _text_of(nb.cells[n])[1:] if n == reveal else _text_of(nb.cells[n])
+        texts += [_html_text(o) for o in nb.cells[n].get("outputs", [])]  # what a page without widgets shows
+        for form in later_forms(nb, at, answer):
+            if any(re.search(rf"(?<![\d.,]){re.escape(form)}", text) for text in texts):
+                problems.append(f"{pid}: the answer {form!r} is shown in cell {n}, after the prediction, before it "
+                                "is made")
+    # the answer written into the check itself (learn.reveal("c6-canary", canary_decision, "roll back", ...)), not
+    # computed: a word answer among the choices a computation picks from ("lower" if ... else "higher") is fine
+    literal = rf"""learn\.reveal\(\s*["']{re.escape(pid)}["']\s*,\s*\w+\s*,\s*["']{re.escape(str(answer))}["']"""
+    if isinstance(answer, str) and re.search(literal, nb.cells[reveal].source, re.I):
+        problems.append(f"{pid}: the check cell's source holds the answer {answer!r}")
+    return problems
+
+
+def answers_in_sight(chapter: Path, nb: nbformat.NotebookNode) -> list[str]:
+    """The answers of ``chapter``'s predictions that notebook ``nb`` (another one, such as the start page) shows in
+    its markdown or outputs: the whole answer's forms and each byte count of a tuple answer."""
+    problems = []
+    for pid, _ in predictions(nbformat.read(chapter, as_version=4)):
+        answer = answer_of(chapter, pid)
+        parts = [p for p in answer if isinstance(p, int) and p >= 1024 * 1024] if isinstance(answer, tuple) else []
+        for form in answer_forms(answer) + [f for p in parts for f in answer_forms(p)]:
+            for n, cell in enumerate(nb.cells):
+                texts = _text_of(cell) if cell.cell_type == "markdown" else _text_of(cell)[1:]
+                if any(re.search(rf"(?<![\d.,]){re.escape(form)}", text) for text in texts):
+                    problems.append(f"{pid}: its answer {form!r} is in cell {n}")
     return problems
 
 
@@ -293,3 +354,59 @@ def test_chapter_runs_with_solutions(chapter: Path, monkeypatch: pytest.MonkeyPa
     assert set(results) == set(cells)
     bad = {k: v for k, v in results.items() if v not in ("right", "passed")}
     assert not bad, f"with the solutions filled in, these did not pass: {bad}"
+
+
+def _shown_text(cell: nbformat.NotebookNode) -> str:
+    """What a cell printed, as text (a figure's or a widget's repr left out: it names an object, not a verdict)."""
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            parts.append(o.get("text", ""))
+        elif o.output_type in ("display_data", "execute_result") and not any(
+                k.startswith(("image/", "application/vnd.jupyter.widget")) for k in o.get("data", {})):
+            parts.append(o.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("chapter", ENGLISH, ids=[p.stem[:2] for p in ENGLISH])
+def test_every_check_cell_judges_the_same_out_of_order(chapter: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """With the solutions filled in and the chapter run once, every check cell runs again in reverse order, each
+    one after the cells that follow it (a learner who scrolls back and re-runs, as a "not yet" line invites), then
+    once more in order: each gives the same verdict and prints the same text, its explanation included, as the
+    first time."""
+    nb = nbformat.read(chapter, as_version=4)
+    filled = solutions(chapter)
+    order: list[tuple[str, int]] = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and set(cell.metadata.get("tags", [])) & set(TAGS):
+            eid = cell.metadata["minialloc"]["id"]
+            cell.source = filled[eid]
+            order.append((eid, checker_cell(nb, eid, i)))
+    probe = "learn_again.append((__import__('minialloc').learn.results().get({eid!r}), {eid!r}))"
+    reruns: list[tuple[str, int, int]] = []  # (id, index of the first run, index of the rerun)
+    nb.cells.append(nbformat.v4.new_code_cell("learn_again = []"))
+    for eid, check in [*reversed(order), *order]:  # backwards, then forwards: c2-step1 again before c2-largest-free
+        nb.cells.append(nbformat.v4.new_code_cell(nb.cells[check].source))
+        reruns.append((eid, check, len(nb.cells) - 1))
+        nb.cells.append(nbformat.v4.new_code_cell(probe.format(eid=eid)))
+    nb.cells.append(nbformat.v4.new_code_cell(f"import json\nprint({MARK!r} + json.dumps(learn_again))"))
+    monkeypatch.setenv("MINIALLOC_DEVICE", "sim")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(workdir(chapter, tmp_path))}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    again = json.loads(next(ln for ln in text.splitlines() if ln.startswith(MARK))[len(MARK):])
+    kinds = tagged(nb)
+    assert [v for v, _ in again] == ["right" if kinds[eid][0] == "predict" else "passed" for _, eid in again], again
+    for eid, first, rerun in reruns:
+        assert _shown_text(nb.cells[rerun]) == _shown_text(nb.cells[first]), f"{eid}: rerun out of order differs"
+
+
+@pytest.mark.parametrize("chapter", ENGLISH, ids=[p.stem[:2] for p in ENGLISH])
+def test_no_chapter_cell_starts_minialloc_in_a_new_process(chapter: Path) -> None:
+    """A chapter's cells call minialloc's tools in the kernel, on what the chapter has already read: a new
+    `python -m minialloc ...` process per run loads and validates the snapshot again (chapter 5 took 52 s so)."""
+    for cell in nbformat.read(chapter, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not re.search(r"""["']-m["'],\s*["']minialloc["']""", cell.source), cell.source[:200]

@@ -307,9 +307,9 @@ def test_who_holds_names_the_slip(states: tuple[str, ...], size: str, says: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     from minialloc.learn import chapter5
 
-    learn.check("c5-who-holds", _who_holds_from(states, size), chapter5.check_who_holds)
-    out = capsys.readouterr().out
-    assert learn.results()["c5-who-holds"] == "failed" and says in out, out
+    first = learn.check("c5-who-holds", _who_holds_from(states, size), chapter5.check_who_holds)
+    out = learn.check("c5-who-holds", _who_holds_from(states, size), chapter5.check_who_holds)  # the second rung
+    assert learn.results()["c5-who-holds"] == "failed" and says in out and says not in first, out
 
 
 def _pinned(live_states: tuple[str, ...], free_states: tuple[str, ...]) -> Any:
@@ -327,8 +327,9 @@ def test_pinned_counts_only_live_blocks(capsys: pytest.CaptureFixture[str]) -> N
 
     learn.check("right", _pinned(("active_allocated",), ("inactive", "active_pending_free")),
                 chapter5.check_pinned_segments)
-    learn.check("pending_pins", _pinned(("active_allocated", "active_pending_free"), ("inactive",)),
-                chapter5.check_pinned_segments)
+    for _ in range(2):  # the slip is named at the second miss, the rule at the first
+        learn.check("pending_pins", _pinned(("active_allocated", "active_pending_free"), ("inactive",)),
+                    chapter5.check_pinned_segments)
     out = capsys.readouterr().out
     assert learn.results() == {"right": "passed", "pending_pins": "failed"}, out
     assert "only a live block (active_allocated) pins a segment" in out
@@ -361,3 +362,110 @@ def test_build_oom_ladder(capsys: pytest.CaptureFixture[str]) -> None:
     first, second = capsys.readouterr().out.split("[c2-build-oom]")[1:]
     assert "chapter 2, steps 1 and 2" in first and "pieces smaller than the request" not in first
     assert "chapter 2, steps 1 and 2" not in second
+
+
+# --- every exercise's hint ladder: rule and failing case first, closer at each miss, the fix never first ----------
+
+
+def _retry_ignores_the_cache(device: Any, cache: list, size: int) -> int:
+    return device.malloc(size)
+
+
+def _peak_without_reset(alloc: Any, step: Any) -> int:
+    step(alloc)
+    return alloc.max_memory_allocated()
+
+
+def _releasable_every_free_byte(snapshot: dict) -> int:
+    return sum(seg["total_size"] - seg["allocated_size"] for seg in snapshot["segments"])
+
+
+def _oom_trace_that_fits() -> list:
+    from minialloc.workloads import alloc
+
+    return [alloc("a", 100 * MiB)]
+
+
+def _pages_without_the_last(offset: int, size: int, page_size: int) -> range:
+    return range(offset // page_size, (offset + size) // page_size)
+
+
+def _cow_second_writer_copies_again() -> tuple:
+    return {1: [0, 2], 2: [0, 3, 4]}, [(1, 2), (1, 3)]
+
+
+def _sampling_copies_everything(prompt: int, samples: int, generated: int, block_size: int = 16) -> int:
+    return samples * -(-(prompt + generated) // block_size)
+
+
+def _who_holds_every_block(snapshot: dict) -> dict:
+    from minialloc.trace import top_user_frame
+
+    out: dict = {}
+    for seg in snapshot["segments"]:
+        for block in seg["blocks"]:
+            key = top_user_frame(block.get("frames", []))
+            out[key] = out.get(key, 0) + block["size"]
+    return out
+
+
+def _ladder_cases() -> list:
+    from minialloc.learn import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6
+
+    return [
+        ("c1-retry", _retry_ignores_the_cache, chapter1.check_get_segment),
+        ("c1-step-peak", _peak_without_reset, chapter1.check_step_peak),
+        ("c2-releasable", _releasable_every_free_byte, chapter2.check_releasable),
+        ("c2-build-oom", _oom_trace_that_fits, chapter2.check_oom_trace),
+        ("c3-pages-touched", _pages_without_the_last, chapter3.check_pages_touched),
+        ("c3-unmap-pages", lambda blocks, page_size: [], chapter3.check_pages_to_unmap),
+        ("c4-cow-by-hand", _cow_second_writer_copies_again, chapter4.check_cow_by_hand),
+        ("c4-sampling-blocks", _sampling_copies_everything, chapter4.check_sampling_blocks),
+        ("c5-who-holds", _who_holds_every_block, chapter5.check_who_holds),
+        ("c5-pinned", _pinned(("active_allocated", "active_pending_free"), ("inactive",)),
+         chapter5.check_pinned_segments),
+        ("c6-fit-7b", lambda: {"micro_batch": 4}, chapter6.check_fit_7b),
+        ("c6-choose-fix", lambda: dict.fromkeys("ABC", "expandable_segments:True"), chapter6.check_fixes),
+    ]
+
+
+EXERCISES = ("c1-retry", "c1-step-peak", "c2-releasable", "c2-build-oom", "c3-pages-touched", "c3-unmap-pages",
+             "c4-cow-by-hand", "c4-sampling-blocks", "c5-who-holds", "c5-pinned", "c6-fit-7b", "c6-choose-fix")
+
+
+def _hint_line(text: str) -> str:
+    return next((ln for ln in text.splitlines() if ln.startswith("hint: ")), "")
+
+
+@pytest.mark.parametrize("eid", EXERCISES)
+def test_every_exercise_climbs_a_hint_ladder(eid: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plausible wrong answer, checked three times in a row: the first miss names the failing case and only the
+    rule to re-read; the second gives a hint the first did not show; the third is at least as close. So at least
+    two rungs come before any fix."""
+    _, wrong, checker = next(case for case in _ladder_cases() if case[0] == eid)
+    texts = [learn.check(eid, wrong, checker) for _ in range(3)]
+    capsys.readouterr()
+    assert all(learn.results()[eid] == "failed" for _ in texts), texts
+    first, second, third = (_hint_line(t) for t in texts)
+    assert texts[0].splitlines()[0] == texts[1].splitlines()[0] == texts[2].splitlines()[0]  # the same failing case
+    assert "chapter " in first and "(miss again" in first, texts[0]  # rung 1: the rule, by chapter
+    assert second and second != first and second[len("hint: "):] not in texts[0], texts[:2]  # rung 2: closer
+    assert third, texts[2]
+
+
+def test_every_exercise_of_the_course_has_a_ladder_case() -> None:
+    import json
+    from pathlib import Path
+
+    course = Path(__file__).resolve().parent.parent / "course"
+    ids = {cell["metadata"]["minialloc"]["id"] for nb in sorted(course.glob("0[1-6]_*.ipynb"))
+           for cell in json.loads(nb.read_text())["cells"] if "exercise" in cell["metadata"].get("tags", [])}
+    assert ids == set(EXERCISES) == {case[0] for case in _ladder_cases()}
+
+
+def test_a_fix_rung_comes_third(capsys: pytest.CaptureFixture[str]) -> None:
+    from minialloc.learn import chapter1
+
+    texts = [learn.check("c1-step-peak", _peak_without_reset, chapter1.check_step_peak) for _ in range(4)]
+    assert "reset_peak_memory_stats()" not in texts[0] + texts[1]  # the fix never at the first or second miss
+    assert "reset_peak_memory_stats()" in texts[2] and _hint_line(texts[2]) == _hint_line(texts[3])

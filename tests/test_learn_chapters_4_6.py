@@ -225,3 +225,14 @@ def test_a_pass_or_a_blank_restarts_the_ladder():
     outcome("c6-choose-fix", blank, chapter6.check_fixes)
     status, text = outcome("c6-choose-fix", lambda: everything_expandable, chapter6.check_fixes)
     assert status == "failed" and "chapter 6, 'When each fix wins'" in text
+
+
+def test_a_setting_that_rounds_every_tensor_up_is_no_fix():
+    """roundup_power2_divisions:2 makes failure A's replay pass by rounding each tensor up until the whole card is
+    allocated: the check says so instead of passing it; the settings that reuse or return pieces still pass."""
+    fixes = {"A": "roundup_power2_divisions:2", "B": "checkpointing", "C": "empty_cache"}
+    status, text = outcome("c6-choose-fix", lambda: fixes, chapter6.check_fixes)
+    assert status == "failed" and "rounded up" in text and "8.00 GiB allocated" in text, text
+    for setting in ("expandable_segments:True", "max_split_size_mb:128"):
+        status, text = outcome("c6-choose-fix", lambda s=setting: {**fixes, "A": s}, chapter6.check_fixes)
+        assert status == "passed", text

@@ -1,5 +1,6 @@
 """The learner's JupyterLab (course/jupyter-learner/, which `make course` adds to JUPYTER_CONFIG_PATH): no
-nbgrader Validate button, and widget state saved with the notebook so a reopened chapter shows its widgets."""
+nbgrader Validate button, instructor menus or news toast, and widget state saved with the notebook so a reopened
+chapter shows its widgets."""
 
 from __future__ import annotations
 
@@ -26,18 +27,33 @@ def _labextension_text(package: str) -> str:
     return "".join(p.read_text(encoding="utf-8", errors="replace") for p in static.rglob("*.js"))
 
 
-def test_the_learner_lab_disables_validate_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+# the instructor's nbgrader tools and JupyterLab's news toast: off for the learner; the learner's own
+# Assignments list (@jupyter/nbgrader:assignment-list) stays
+NBGRADER_INSTRUCTOR = ("@jupyter/nbgrader:menu", "@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-list",
+                       "@jupyter/nbgrader:create-assignment")
+NEWS = "@jupyterlab/apputils-extension:announcements"
+DISABLED = {VALIDATE: True, NEWS: True, **dict.fromkeys(NBGRADER_INSTRUCTOR, True)}
+
+
+def test_the_learner_lab_disables_validate_the_instructor_tools_and_the_news(monkeypatch: pytest.MonkeyPatch) -> None:
     from jupyterlab_server.config import get_static_page_config
 
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(LEARNER))
-    assert get_static_page_config(level="all")["disabledExtensions"] == {VALIDATE: True}
+    assert get_static_page_config(level="all")["disabledExtensions"] == DISABLED
     monkeypatch.delenv("JUPYTER_CONFIG_PATH")
-    assert VALIDATE not in get_static_page_config(level="all").get("disabledExtensions", {})  # the instructor's
+    instructor = get_static_page_config(level="all").get("disabledExtensions", {})
+    assert not set(DISABLED) & set(instructor)  # the instructor's JupyterLab keeps them all
 
 
-def test_the_disabled_plugin_is_nbgraders_validate_button() -> None:
-    # a renamed plugin would leave the button in place silently: the id must be one nbgrader's extension defines
-    assert f'id:"{VALIDATE}"' in _labextension_text("@jupyter/nbgrader")
+def test_the_disabled_plugins_are_ones_the_extensions_define() -> None:
+    # a renamed plugin would leave the button or menu in place silently: each id must be one an extension defines
+    nbgrader = _labextension_text("@jupyter/nbgrader")
+    for plugin in (VALIDATE, *NBGRADER_INSTRUCTOR):
+        assert f'"{plugin}"' in nbgrader, plugin
+    lab = Path(sys.prefix) / "share" / "jupyter" / "lab" / "static"
+    if not lab.is_dir():
+        pytest.skip("JupyterLab's static files are not installed here")
+    assert any(f'"{NEWS}"' in p.read_text(encoding="utf-8", errors="replace") for p in lab.glob("*.js"))
 
 
 def test_the_learner_lab_saves_widget_state(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,6 +63,12 @@ def test_notebook_runs(path: Path, monkeypatch):
     assert not errors
     if speaks_its_language(path):  # a translated lab with its solutions, read as a learner reads it
         assert english_in_outputs(nb) == []
+    if path.name == "00_start_here.ipynb":  # the start page shows chapter 2's failure, not its answers
+        from test_course_exercises import answers_in_sight
+
+        # (its first taste, a 3 MiB request in a 20 MiB segment, is chapter 1's first rule, taught on purpose)
+        shown = answers_in_sight(ROOT / "course" / "02_fragmentation.ipynb", nb)
+        assert not shown, f"{path.relative_to(ROOT)} shows a prediction's answer:\n" + "\n".join(shown)
     if path.parent in CHAPTER_DIRS - {ROOT / "course"}:  # a translated start page: no English sentence in sight
         from test_course_exercises import untranslated_outputs
 

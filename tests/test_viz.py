@@ -601,3 +601,30 @@ def test_the_stepper_reads_a_trace_with_the_runs_max_split_size_as_replay_does()
     assert stepper.ooms == []
     end = stepper.goto(len(stepper))
     assert [s["total_size"] for s in end.snapshot()["segments"]] == [s["total_size"] for s in snap["segments"]]
+
+
+def test_the_stepper_legend_names_only_kinds_its_replay_can_show():
+    """Chapter 2's stepper (no second stream, no expandable segments) lists neither pending frees nor unmapped
+    pages; the same trace with expandable segments adds unmapped pages."""
+    from minialloc.viz._common import LABELS
+    from minialloc.viz.stepper import Stepper
+    from minialloc.workloads import CANONICAL_CAPACITY, canonical_scenario
+
+    native = Stepper(canonical_scenario(), "", capacity=CANONICAL_CAPACITY)._stats_html()
+    assert LABELS["live"] in native and LABELS["free_split"] in native
+    assert LABELS["pending"] not in native and LABELS["unmapped"] not in native
+    expandable = Stepper(canonical_scenario(), "expandable_segments:True", capacity=CANONICAL_CAPACITY)._stats_html()
+    assert LABELS["unmapped"] in expandable
+
+
+def test_a_stepper_can_hold_back_its_key_frames():
+    """key_frames=False: a page without widgets shows the current step only, not the peak and the first OOM (a
+    chapter holds those back until the learner has predicted them)."""
+    from minialloc.viz.stepper import Stepper
+    from minialloc.workloads import CANONICAL_CAPACITY, canonical_scenario
+
+    def figures(stepper: Stepper) -> int:
+        return stepper._repr_mimebundle_()["text/html"].count("<figure")
+
+    assert figures(Stepper(canonical_scenario(), "", capacity=CANONICAL_CAPACITY)) == 3
+    assert figures(Stepper(canonical_scenario(), "", capacity=CANONICAL_CAPACITY, key_frames=False)) == 1

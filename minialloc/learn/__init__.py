@@ -31,8 +31,11 @@ the hidden reference solution beside it, never in the notebook):
   exception (an ``OutOfMemoryError`` the exercise asks for) must catch it itself.
 - ``expect(condition, message, hint)`` is a one-line ``Wrong``.
 - Raise ``NotYet(message)`` for any other "the learner has not started" state (an empty trace list, say).
-- ``Wrong(message, hint, rule=...)`` makes a hint ladder: the first miss shows only ``rule`` (the chapter and rule
-  to re-read), a second miss in a row the ``hint`` (the crux). Neither is ever the answer.
+- Every exercise has a hint ladder: the first miss shows the message (the failing case) and only ``rule`` (the
+  chapter and rule to re-read), a second miss in a row the ``hint`` (the crux, closer), a third and later one
+  ``fix`` when the checker gives one (the step to take, still not the code). ``Wrong(message, hint, rule=...,
+  fix=...)`` sets a ladder for one mistake; ``@ladder(TEXT, "rule_id")`` on a checker gives every ``Wrong`` it
+  raises without a rule of its own the exercise's rule, so no first miss shows the crux.
 
 Predict-first, for chapter authors: a learner may press Run All, so nothing above a verdict may answer its
 prediction. The explanation lives in ``chapterN.WHY`` (``chapterN.why(pid, **measured)``), never in the cell's
@@ -61,8 +64,8 @@ from typing import Any
 
 from ..lang import messages, say
 
-__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "explainer", "predicted", "reset", "results", "reveal",
-           "say"]
+__all__ = ["TEXT", "NotYet", "Wrong", "call", "check", "expect", "explainer", "ladder", "predicted", "reset", "results",
+           "reveal", "say"]
 
 NOT_YET = "not yet"
 _RESULTS: dict[str, str] = {}
@@ -116,13 +119,40 @@ class Wrong(Exception):
     """Raised by a checker: the learner's code ran and is wrong. ``message`` says what is wrong, ``hint`` where to
     look; neither gives the answer. ``rule``, when given, is the first rung of a hint ladder: the first miss of an
     exercise points only to the rule to re-read (chapter and rule number), a second miss in a row gives ``hint``,
-    the crux."""
+    the crux, and a third or later ``fix`` (the step to take), when given."""
 
-    def __init__(self, message: str, hint: str = "", rule: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", rule: str = "", fix: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.rule = rule
+        self.fix = fix
+
+    def rung(self, misses: int) -> str:
+        """The hint for the (misses + 1)-th failed check in a row: rule, then hint, then fix."""
+        ladder = [r for r in (self.rule, self.hint, self.fix) if r]
+        return ladder[min(misses, len(ladder) - 1)] if ladder else ""
+
+
+def ladder(table: Mapping[str, Mapping[str, str]], rule_id: str) -> Callable[[Callable[[Any], str | None]],
+                                                                             Callable[[Any], str | None]]:
+    """Decorate an exercise's checker: a ``Wrong`` it raises without a rule gets ``say(table, rule_id)``, the
+    exercise's rule, as its first rung, so the first miss of any kind names the rule, never the crux."""
+    import functools
+
+    def decorate(checker: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        @functools.wraps(checker)
+        def checked(learner_obj: Any) -> str | None:
+            try:
+                return checker(learner_obj)
+            except Wrong as exc:
+                if not exc.rule:
+                    exc.rule = say(table, rule_id)
+                raise
+
+        return checked
+
+    return decorate
 
 
 class NotYet(Exception):
@@ -137,10 +167,10 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def expect(condition: object, message: str, hint: str = "", rule: str = "") -> None:
-    """Raise ``Wrong(message, hint, rule)`` unless ``condition`` holds."""
+def expect(condition: object, message: str, hint: str = "", rule: str = "", fix: str = "") -> None:
+    """Raise ``Wrong(message, hint, rule, fix)`` unless ``condition`` holds."""
     if not condition:
-        raise Wrong(message, hint, rule)
+        raise Wrong(message, hint, rule, fix)
 
 
 def results() -> dict[str, str]:
@@ -415,8 +445,11 @@ def check(eid: str, learner_obj: Any, checker: Callable[[Any], str | None]) -> s
     except Wrong as exc:
         _MISSES[eid] = misses + 1
         text = say(TEXT, "not_passed", id=eid, message=exc.message)
-        # the ladder: the rule at the first miss, the crux from the second on; never the answer
-        hint = say(TEXT, "ladder", rule=exc.rule) if exc.rule and misses == 0 else exc.hint
+        # the ladder: the rule at the first miss, the crux at the second, the step to take from the third on;
+        # never the answer
+        hint = exc.rung(misses)
+        if exc.rule and misses == 0:
+            hint = say(TEXT, "ladder", rule=hint)
         if hint:
             text += "\n" + say(TEXT, "hint", hint=hint)
         return _record(eid, "failed", text)

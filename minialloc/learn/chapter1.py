@@ -13,7 +13,7 @@ from ..allocator import CachingAllocator, round_size
 from ..device import SimulatedGPU
 from ..lang import messages
 from ..sizes import MiB, format_size
-from . import Wrong, call, expect, explainer, say
+from . import Wrong, call, expect, explainer, ladder, say
 
 __all__ = ["TEXT", "WHY", "check_get_segment", "check_step_peak", "request_facts", "why"]
 
@@ -37,6 +37,9 @@ TEXT = messages("minialloc.learn.chapter1.TEXT", {
     "not_address_hint": "return the address: the cached segment's, or what device.malloc returned",
     "calls": "{case}: your driver calls were [{calls}], which is not what the allocator does",
     "calls_hint":
+        "compare your driver calls with the three places a segment can come from, in rule 7's order: which one "
+        "needs no driver call, and what must have failed before the cache is released?",
+    "calls_fix":
         "the order is: best fit from the cache (no driver call); else device.malloc; only if that raises, "
         "device.free every cached segment, empty the list, and device.malloc again",
     "calls_cached_hint": "a cached segment that fits is handed out without any driver call",
@@ -56,7 +59,10 @@ TEXT = messages("minialloc.learn.chapter1.TEXT", {
     "not_int": "step_peak returned {got}, a {type}",
     "not_int_hint": "return a number of bytes, an int",
     "earlier_peak": "you returned {got}: the peak of an EARLIER step, still in the statistics",
-    "earlier_peak_hint": "peaks are remembered until reset_peak_memory_stats() is called; call it before the step",
+    "earlier_peak_hint":
+        "a peak statistic is a high-water mark: it stays as high as it ever was, across steps, until something "
+        "resets it",
+    "earlier_peak_fix": "call reset_peak_memory_stats() before the step, then read max_memory_allocated() after it",
     "reserved_peak":
         "you returned {got}: the peak of RESERVED memory (segments held from the device, cached free blocks "
         "included), not of allocated memory",
@@ -68,8 +74,11 @@ TEXT = messages("minialloc.learn.chapter1.TEXT", {
     "growth": "you returned {got}: the step's growth over what was live before it",
     "growth_hint": "the weights live before the step sit on the GPU during it too: the peak counts them",
     "not_peak": "you returned {got}, which is not the highest allocated memory during the step",
-    "not_peak_hint": "reset the peak statistics, run the step once, then read the peak",
+    "not_peak_hint": "the statistic that keeps the highest point has to start the step at the current value",
+    "not_peak_fix": "reset the peak statistics, run the step once, then read the peak",
     "peak_passed": "the step peaked at {peak}, of which {before} was live before it",
+    "peak_rule":
+        "chapter 1, 'Measuring a step's peak': what max_memory_allocated() remembers, and since when",
     "retry_rule":
         "chapter 1, rule 4 (best fit per stream) and rule 7 (release and retry): re-read both and follow them "
         "for this case, one driver call at a time",
@@ -178,6 +187,7 @@ _RETRY_CASES = [
 ]
 
 
+@ladder(TEXT, "retry_rule")
 def check_get_segment(get_segment: Callable[..., int]) -> str:
     """Exercise c1-retry: get_segment(device, cache, size) must find a cached segment by best fit, else ask the
     device, and only when the device refuses, release every cached segment and ask once more."""
@@ -213,7 +223,7 @@ def check_get_segment(get_segment: Callable[..., int]) -> str:
             else:
                 hint = "calls_hint"
             raise Wrong(say(TEXT, "calls", case=case, calls=_describe(gpu.calls)), say(TEXT, hint),
-                        rule=say(TEXT, "retry_rule"))
+                        rule=say(TEXT, "retry_rule"), fix=say(TEXT, "calls_fix"))
         if expected is not None:
             # addresses of fresh mallocs depend on the order of calls, already compared: compare the outcome
             expect(got == expected, say(TEXT, "best_fit", case=case, address=f"{got:#x}"), say(TEXT, "best_fit_hint"),
@@ -252,6 +262,7 @@ def _small_step(alloc: CachingAllocator) -> None:
         alloc.free(p)
 
 
+@ladder(TEXT, "peak_rule")
 def check_step_peak(step_peak: Callable[[CachingAllocator, Callable[[CachingAllocator], None]], int]) -> str:
     """Exercise c1-step-peak: step_peak(alloc, step) runs step(alloc) once and returns the highest allocated
     memory during it (memory live before the step included), whatever ran before."""
@@ -270,11 +281,13 @@ def check_step_peak(step_peak: Callable[[CachingAllocator, Callable[[CachingAllo
            say(TEXT, "not_int", got=repr(got), type=type(got).__name__), say(TEXT, "not_int_hint"))
     shown = format_size(got)
     if got >= 900 * MiB:
-        raise Wrong(say(TEXT, "earlier_peak", got=shown), say(TEXT, "earlier_peak_hint"))
+        raise Wrong(say(TEXT, "earlier_peak", got=shown), say(TEXT, "earlier_peak_hint"),
+                    fix=say(TEXT, "earlier_peak_fix"))
     if got in (alloc.max_memory_reserved(), alloc.memory_reserved()) and got != expected:
         raise Wrong(say(TEXT, "reserved_peak", got=shown), say(TEXT, "reserved_peak_hint"))
     expect(got != alloc.memory_allocated(), say(TEXT, "after_step", got=shown), say(TEXT, "after_step_hint"))
     expect(got != expected - before, say(TEXT, "growth", got=shown), say(TEXT, "growth_hint"))
-    expect(got == expected, say(TEXT, "not_peak", got=shown), say(TEXT, "not_peak_hint"))
+    expect(got == expected, say(TEXT, "not_peak", got=shown), say(TEXT, "not_peak_hint"),
+           fix=say(TEXT, "not_peak_fix"))
     alloc.free(weights)
     return say(TEXT, "peak_passed", peak=shown, before=format_size(before))

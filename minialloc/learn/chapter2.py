@@ -17,7 +17,7 @@ from ..oom import OutOfMemoryError
 from ..replay import TraceError, replay
 from ..sizes import GiB, KiB, MiB, format_size
 from ..workloads import Event, canonical_scenario
-from . import NotYet, Wrong, call, expect, explainer, say
+from . import NotYet, Wrong, call, expect, explainer, ladder, say
 
 __all__ = ["OOM_CAPACITY", "OOM_MIN_FREE", "OOM_REQUEST", "TEXT", "WHY", "check_oom_trace", "check_releasable", "why"]
 
@@ -65,8 +65,14 @@ TEXT = messages("minialloc.learn.chapter2.TEXT", {
         "blocks are all free can",
     "releasable_wrong": "state '{state}': you said {got}, empty_cache() gave back {actual}",
     "releasable_wrong_hint":
-        "look at each segment's blocks: a segment goes back to the device whole (its total_size), and only "
-        "when none of its blocks is allocated",
+        "look at each segment's blocks: what decides whether empty_cache() can give that segment back, and how "
+        "much of it goes when it does?",
+    "releasable_wrong_fix":
+        "a segment goes back to the device whole (its total_size), and only when none of its blocks is "
+        "allocated",
+    "releasable_rule":
+        "chapter 2, 'Why empty_cache() does not help' (rule 6: a segment goes back only whole) and chapter 1, "
+        "rule 8 (a block freed while another stream may still read it)",
     "oom_rule":
         "chapter 2, steps 1 and 2: how big freed segments, reused by smaller tensors, left free memory that no "
         "single request could use",
@@ -115,6 +121,7 @@ def _as_events(trace: Any) -> list[Event]:
     return events
 
 
+@ladder(TEXT, "oom_rule")
 def check_oom_trace(my_oom_trace: Callable[[], Sequence[Any]]) -> str:
     """Exercise c2-build-oom: after my_oom_trace()'s events on a fresh OOM_CAPACITY GPU (which must all succeed),
     malloc(OOM_REQUEST) fails while at least OOM_MIN_FREE is free."""
@@ -201,6 +208,7 @@ def _releasable_counting_pending_as_live(snapshot: dict) -> int:
                if all(b["state"] == "inactive" for b in seg["blocks"]))
 
 
+@ladder(TEXT, "releasable_rule")
 def check_releasable(releasable: Callable[[dict], int]) -> str:
     """Exercise c2-releasable: releasable(snapshot) must equal the reserved memory empty_cache() gives back."""
     lines = []
@@ -224,6 +232,6 @@ def check_releasable(releasable: Callable[[dict], int]) -> str:
                 raise Wrong(say(TEXT, "all_cached", state=what, got=format_size(got), actual=format_size(actual)),
                             say(TEXT, "all_cached_hint"))
             raise Wrong(say(TEXT, "releasable_wrong", state=what, got=format_size(got), actual=format_size(actual)),
-                        say(TEXT, "releasable_wrong_hint"))
+                        say(TEXT, "releasable_wrong_hint"), fix=say(TEXT, "releasable_wrong_fix"))
         lines.append(f"{what}: {format_size(actual)}")
     return "; ".join(lines)

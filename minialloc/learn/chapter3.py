@@ -10,12 +10,14 @@ from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
 from ..expandable import ExpandableSegment
 from ..lang import messages
+from ..oom import OutOfMemoryError
 from ..replay import replay
 from ..sizes import MiB, format_size
 from ..workloads import canonical_scenario
-from . import Wrong, call, explainer, say
+from . import Wrong, call, explainer, ladder, say
 
-__all__ = ["TEXT", "WHY", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages", "why"]
+__all__ = ["TEXT", "WHY", "Block", "blocks_of", "check_pages_to_unmap", "check_pages_touched", "mapped_pages",
+           "settings_figure", "why"]
 
 # Every sentence a learner reads from this chapter's checkers, in English, shown in the notebook's language
 # (minialloc.lang).
@@ -28,7 +30,14 @@ TEXT = messages("minialloc.learn.chapter3.TEXT", {
     "last_page": "{case}: you left out the page its last bytes lie on",
     "last_page_hint": "a block that ends inside a page needs that whole page mapped",
     "first_page": "{case}: you left out the page its first bytes lie on",
-    "first_page_hint": "the first page is the one the offset falls in: offset // page_size",
+    "first_page_hint": "which page holds the block's first byte, the one at the offset itself?",
+    "first_page_fix": "the first page is the one the offset falls in: offset // page_size",
+    "pages_rule":
+        "chapter 3, 'Which pages does a request map?': page i covers [i * page_size, (i + 1) * page_size), and a "
+        "page is mapped whole",
+    "unmap_rule":
+        "chapter 3, the c3-unmap prediction: with expandable segments, release unmaps every page that lies "
+        "wholly inside a free block, wherever it sits",
     "pages_wrong": "{case}: you said pages {got}, which are not the pages it lies on",
     "pages_wrong_hint":
         "pages are numbered from 0 at the range's start; page i covers [i * page_size, (i + 1) * page_size)",
@@ -47,6 +56,7 @@ TEXT = messages("minialloc.learn.chapter3.TEXT", {
         "every page that lies wholly inside a free block goes, wherever it is: at the start, between live "
         "blocks, at the end; a page that starts or ends exactly on the free block's edge counts",
     "unmap_passed": "{n} allocator states: the pages you named are the ones empty_cache() unmapped",
+    "figure_failed": "OOM, fragmentation {fragmentation}",
 })
 
 # Why each prediction of this chapter comes out as it does: shown by learn.reveal once the learner has
@@ -116,6 +126,7 @@ def _pages(result: Any) -> set[int]:
     raise Wrong(say(TEXT, "not_pages", got=repr(result), type=type(result).__name__), say(TEXT, "not_pages_hint"))
 
 
+@ladder(TEXT, "pages_rule")
 def check_pages_touched(pages_touched: Callable[[int, int, int], Iterable[int]]) -> str:
     """Exercise c3-pages-touched: pages_touched(offset, size, page_size) = the pages [offset, offset+size) lies on,
     checked at and next to every page boundary against minialloc's ExpandableSegment."""
@@ -133,7 +144,8 @@ def check_pages_touched(pages_touched: Callable[[int, int, int], Iterable[int]])
         if got == want - {max(want)}:
             raise Wrong(say(TEXT, "last_page", case=case), say(TEXT, "last_page_hint"))
         if got == want - {min(want)}:
-            raise Wrong(say(TEXT, "first_page", case=case), say(TEXT, "first_page_hint"))
+            raise Wrong(say(TEXT, "first_page", case=case), say(TEXT, "first_page_hint"),
+                        fix=say(TEXT, "first_page_fix"))
         raise Wrong(say(TEXT, "pages_wrong", case=case, got=sorted(got)), say(TEXT, "pages_wrong_hint"))
     return say(TEXT, "touched_passed", n=len(cases))
 
@@ -172,6 +184,7 @@ _UNMAP_STATES: list[tuple[str, Callable[[CachingAllocator], None]]] = [
 ]
 
 
+@ladder(TEXT, "unmap_rule")
 def check_pages_to_unmap(pages_to_unmap: Callable[[list[Block], int], Iterable[int]]) -> str:
     """Exercise c3-unmap: pages_to_unmap(blocks, page_size) = the pages empty_cache() unmaps, compared with what
     empty_cache() does to the allocator's mappings."""
@@ -194,3 +207,24 @@ def check_pages_to_unmap(pages_to_unmap: Callable[[list[Block], int], Iterable[i
             raise Wrong(say(TEXT, "unmap_extra", state=what, pages=extra), hint)
         raise Wrong(say(TEXT, "unmap_missing", state=what, pages=missing), say(TEXT, "unmap_missing_hint"))
     return say(TEXT, "unmap_passed", n=len(_UNMAP_STATES))
+
+
+# --- the older knobs' table: one figure per workload and setting ----------------------------------------------
+
+
+def settings_figure(events: list, capacity: int | str, config: str) -> str:
+    """The table's figure for one replay. A run that completes: peak allocated / peak reserved (1.0: nothing
+    held beyond the peak of live memory). A run that fails has no peak worth comparing (it stopped early, with its
+    reserved memory unusable), so its figure is the fragmentation at the first failure, 1 - largest free block /
+    total free, as the OOM message's minialloc line reports it (TensorFlow's BFC allocator and RMM's arena report
+    the same ratio)."""
+    result = replay(events, CachingAllocator(SimulatedGPU(capacity), config))
+    if not result.ooms:
+        return f"{result.peak_allocated / result.peak_reserved:.3f}"
+    at_failure = CachingAllocator(SimulatedGPU(capacity), config)
+    replay(events[:result.first_failure], at_failure)
+    try:
+        at_failure.malloc(events[result.first_failure].size)
+    except OutOfMemoryError as e:
+        return say(TEXT, "figure_failed", fragmentation=f"{e.report.fragmentation:.2f}")
+    raise AssertionError("the replay failed at this event, so the same malloc from the same state must fail")

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..lang import messages
 from ..paging import BlockManager
-from . import NotYet, Wrong, call, expect, explainer, say
+from . import NotYet, Wrong, call, expect, explainer, ladder, say
 
 __all__ = ["COW_SCENARIO", "TEXT", "WHY", "check_cow_by_hand", "check_sampling_blocks", "opening_figure",
            "run_cow_scenario", "run_sampling", "why"]
@@ -143,6 +143,7 @@ def _as_pairs(copies: Any) -> list[tuple[int, int]]:
     return pairs
 
 
+@ladder(TEXT, "cow_rule")
 def check_cow_by_hand(fn: Callable[[], Any]) -> str:
     """fn() returns ({1: table, 2: table}, [(src, dst), ...]) for COW_SCENARIO, filled in by hand."""
     answer = call(fn)
@@ -201,6 +202,7 @@ def _sampling_cases(seed: int = 4) -> list[tuple[int, int, int, int]]:
     return cases
 
 
+@ladder(TEXT, "cow_rule")
 def check_sampling_blocks(fn: Callable[..., Any]) -> str:
     """fn(prompt, samples, generated, block_size) -> physical blocks in use, checked against the block manager."""
     cases = _sampling_cases()

@@ -10,7 +10,7 @@ snapshot when it is present beside the course.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,11 @@ from ..allocator import CachingAllocator
 from ..device import SimulatedGPU
 from ..lang import messages
 from ..sizes import KiB, MiB, format_size
-from ..snapshot import load_snapshot
 from ..trace import top_user_frame
-from . import NotYet, Wrong, call, expect, explainer, say
+from . import NotYet, Wrong, call, expect, explainer, ladder, say
 
-__all__ = ["REAL_SNAPSHOT", "TEXT", "WHY", "check_pinned_segments", "check_who_holds", "practice_snapshots", "why"]
+__all__ = ["REAL_SNAPSHOT", "TEXT", "WHY", "check_pinned_segments", "check_who_holds", "practice_snapshots",
+           "print_replay", "real_snapshot", "why"]
 
 # Every sentence a learner reads from this chapter's checkers, in English, shown in the notebook's language
 # (minialloc.lang).
@@ -47,7 +47,14 @@ TEXT = messages("minialloc.learn.chapter5.TEXT", {
     "not_list": "on {name}, pinned_segments returned a {type}, not a list",
     "not_list_hint": "return a list of segment addresses (ints), sorted",
     "unsorted": "on {name}, your addresses are not sorted",
-    "unsorted_hint": "return sorted(addresses)",
+    "unsorted_hint": "the check compares your list with one in increasing address order",
+    "unsorted_fix": "return sorted(addresses)",
+    "who_rule":
+        "chapter 5, 'Who holds the memory?': only live blocks (state 'active_allocated') hold memory, each named "
+        "by top_user_frame of its frames",
+    "pinned_rule":
+        "chapter 5, 'Pinned segments': a segment is pinned by a live block, and its freed bytes are those of "
+        "every other block",
     "not_segment": "on {name}, {address} is not the address of a segment",
     "not_segment_hint": "use segment['address'], the start of the segment",
     "not_pinned":
@@ -79,8 +86,11 @@ WHY = messages("minialloc.learn.chapter5.WHY", {
         "happened. A replay must start from the state at the first trace entry.",
     "c5-check":
         "minialloc's allocator follows PyTorch's rules (best fit per stream, splitting, merging, rounding), so "
-        "from the same state the same requests get the same blocks. Any divergence would be printed with its "
-        "trace entry. This is what makes the what-if answers below worth trusting.",
+        "from the same state the same requests get the same blocks. That holds for requests served from segments"
+        " rebuilt at their recorded addresses, and this trace has no segment_alloc at all: every request it makes"
+        " is served from them. A new segment's address would come from cudaMalloc, which no replay can "
+        "reproduce. Any divergence would be printed with its trace entry. This is what makes the what-if "
+        "answers below worth trusting.",
     "c5-new-segments":
         "a training loop repeats the same allocations every step, so after the first steps every request is "
         "served from cached blocks: the cache is warm. Steady state is what a caching allocator is for.",
@@ -102,11 +112,11 @@ _FRAMES = [
 ]
 
 
-def practice_snapshots() -> list[tuple[str, dict]]:
+def practice_snapshots() -> Iterator[tuple[str, dict]]:
     """(name, snapshot) pairs the checkers use: two minialloc runs whose blocks carry made-up stack frames (the
     program's own Python, library frames above it, the backward pass's C++ only, no stack), one with a block
-    waiting on another stream; and the chapter's real snapshot when it is there."""
-    out = []
+    waiting on another stream; and the chapter's real snapshot when it is there. One at a time, so a blank or
+    wrong answer is told so before the real file is read."""
     for seed, config in ((1, ""), (2, "expandable_segments:True")):
         rng = random.Random(seed)
         a = CachingAllocator(SimulatedGPU("4GiB"), config)
@@ -120,10 +130,46 @@ def practice_snapshots() -> list[tuple[str, dict]]:
         for seg in snap["segments"]:
             for b in seg["blocks"]:
                 b["frames"] = list(rng.choice(_FRAMES)) if b["state"] != "inactive" else []
-        out.append((say(TEXT, "run_name", config=config or "native"), snap))
+        yield say(TEXT, "run_name", config=config or "native"), snap
     if REAL_SNAPSHOT.exists():
-        out.append((REAL_SNAPSHOT.name, load_snapshot(REAL_SNAPSHOT)))
-    return out
+        yield REAL_SNAPSHOT.name, real_snapshot()
+
+
+def print_replay(path: str, trace: Any, settings: str, configs: Sequence[str] = (), capacity: int | None = None,
+                 fit: bool = True) -> None:
+    """Print the table ``minialloc replay PATH [--conf C ...]`` prints, from a trace the notebook has already read
+    (the command would load and validate the file again, seconds for a real one, in a new process)."""
+    from ..cli import _print_device_table  # the command's own table and words, so both read the same
+    from ..replay import DEFAULT_WHAT_IF, verdict, what_if_trace
+
+    cap, source = capacity, "--capacity"
+    if cap is None and trace.capacity_at_oom() is not None:
+        cap, source = trace.capacity_at_oom(), "oom"
+    rows = what_if_trace(trace, settings, tuple(configs) or DEFAULT_WHAT_IF, cap, fit=fit)
+    _print_device_table(path, trace, cap, source, rows, verdict(rows, cap, trace.reserved_at_start), False)
+
+
+_REAL_BYTES: dict[tuple[str, int, int], bytes] = {}  # (path, mtime, size) -> the file's bytes, once validated
+
+
+def real_snapshot() -> dict:
+    """A fresh copy of the chapter's real snapshot for each check (a learner's function may change what it is
+    given). load_snapshot also checks the schema of every block and frame, seconds for this 3 MB file; this file
+    is the course's own, its schema checked by the tests (tests/test_real_snapshots.py), so the checks read it
+    once and unpickle each copy from its bytes with load_snapshot's restricted unpickler, which lets no class or
+    function out of any file."""
+    import io
+
+    from ..snapshot import _PlainUnpickler
+
+    stat = REAL_SNAPSHOT.stat()
+    key = (str(REAL_SNAPSHOT), stat.st_mtime_ns, stat.st_size)
+    if key not in _REAL_BYTES:
+        _REAL_BYTES.clear()
+        _REAL_BYTES[key] = REAL_SNAPSHOT.read_bytes()
+    snap = _PlainUnpickler(io.BytesIO(_REAL_BYTES[key])).load()
+    snap.setdefault("device_traces", [])
+    return snap
 
 
 def _who_holds(snapshot: dict, states: tuple[str, ...] = ("active_allocated",), size: str = "size"
@@ -151,6 +197,7 @@ def _slip_hint(got: dict, snapshot: dict) -> str:
     return "size_hint"
 
 
+@ladder(TEXT, "who_rule")
 def check_who_holds(who_holds: Callable[[dict], Any]) -> str:
     """Exercise c5-who-holds: who_holds(snapshot) -> {top user frame: bytes of live blocks}."""
     for name, snap in practice_snapshots():
@@ -190,6 +237,7 @@ def _pinned(snapshot: dict, min_free_fraction: float) -> list[int]:
     return sorted(out)
 
 
+@ladder(TEXT, "pinned_rule")
 def check_pinned_segments(pinned_segments: Callable[..., Any]) -> str:
     """Exercise c5-pinned: pinned_segments(snapshot, min_free_fraction) -> sorted addresses of the segments holding
     at least one live (active_allocated) block and at least that fraction of freed bytes (any other state)."""
@@ -201,7 +249,8 @@ def check_pinned_segments(pinned_segments: Callable[..., Any]) -> str:
                 raise Wrong(say(TEXT, "not_list", name=name, type=type(got).__name__), say(TEXT, "not_list_hint"))
             want = _pinned(snap, fraction)
             got = list(got)
-            expect(got == sorted(got), say(TEXT, "unsorted", name=name), say(TEXT, "unsorted_hint"))
+            expect(got == sorted(got), say(TEXT, "unsorted", name=name), say(TEXT, "unsorted_hint"),
+                   fix=say(TEXT, "unsorted_fix"))
             extra = [a for a in got if a not in want]
             if extra:
                 seg = next((s for s in snap["segments"] if s["address"] == extra[0]), None)

@@ -19,10 +19,10 @@ from ..lang import messages
 from ..replay import ReplayResult, replay
 from ..sizes import GiB, MiB, format_size
 from ..workloads import CANONICAL_CAPACITY, Event, alloc, canonical_scenario, free
-from . import NotYet, Wrong, call, expect, explainer, say
+from . import NotYet, Wrong, call, expect, explainer, ladder, say
 
-__all__ = ["FAILURES", "PROGRAM_FIXES", "TEXT", "WHY", "check_fit_7b", "check_fixes", "opening_figure", "program_fix",
-           "try_fix", "why"]
+__all__ = ["Canary", "FAILURES", "PROGRAM_FIXES", "TEXT", "WHY", "canary_decision", "check_fit_7b", "check_fixes",
+           "opening_figure", "program_fix", "try_fix", "why"]
 
 # Every sentence a learner reads from this chapter (the picture's title, the three stories, the replays' outcomes,
 # the checkers' feedback), in English, shown in the notebook's language (minialloc.lang).
@@ -88,8 +88,21 @@ TEXT = messages("minialloc.learn.chapter6.TEXT", {
         "PYTORCH_CUDA_ALLOC_CONF's syntax is key:value, as in chapter 3 (the value only, without "
         "PYTORCH_CUDA_ALLOC_CONF=)",
     "not_saved": "failure {key} replayed with {fix}: {what}",
+    "inflated":
+        "failure {key} replayed with {fix}: no allocation fails, but only because every tensor is rounded up: "
+        "{allocated} allocated at the peak for the {requested} the program asks for, on a card of {capacity}; "
+        "a little more data and it fails again",
+    "inflated_hint":
+        "compare peak allocated with and without your setting: does it change where the tensors go, or what "
+        "each one costs?",
+    "inflated_fix":
+        "a setting that rounds requests up (roundup_power2_divisions) trades fragmentation for waste inside every"
+        " block; pick one that lets freed pieces be reused or given back, as chapter 3 compared",
     "saved": "{key} with {fix}: {what}",
     "all_saved": "every failure is saved by its fix, on replay:",
+    "fit_rule":
+        "chapter 6, 'Who shares the GPU' and 'What the usual fixes change': which item each lever shrinks, and "
+        "by how much",
     "fixes_rule":
         "chapter 6, 'When each fix wins': read this failure's numbers, name its cause, and match it with what a"
         " fix changes",
@@ -100,7 +113,7 @@ TEXT = messages("minialloc.learn.chapter6.TEXT", {
 WHY = messages("minialloc.learn.chapter6.WHY", {
     "c6-model-state":
         "2 + 2 + 4 + 4 + 4 = 16 bytes per parameter, times {params} parameters, is {gb} GB, which is {gib} GiB "
-        "(a GiB is 2**30 bytes, a GB 10**9). That alone is more than an 80 GiB GPU, before a single activation.",
+        "(a GiB is 2**30 bytes, a GB 10**9), before a single activation.",
     "c6-ckpt-fits":
         "checkpointing shrinks only the activations ({before} -> {after} GiB here); the {state} GiB of weights,"
         " gradients and optimizer states stay. The largest item is the optimizer's, so that is where a fix must"
@@ -128,6 +141,23 @@ WHY = messages("minialloc.learn.chapter6.WHY", {
 
 why = explainer(WHY)  # why(pid, **fields): prediction pid's explanation, in the notebook's language
 
+@dataclass(frozen=True)
+class Canary:
+    """What a canary job reports, per step, before and after the new setting."""
+
+    step_time_change: float  # +0.08: each step takes 8% longer
+    ooms_per_step: tuple[float, float]  # (before, after)
+    retries_per_step: tuple[float, float]  # release-and-retry events (num_alloc_retries), (before, after)
+
+
+def canary_decision(canary: Canary) -> str:
+    """The rollout's rule for the target "no slower, fewer out-of-memory errors": keep the setting only if the
+    canary met every part of it (no slower, and no more OOMs than before), else roll back."""
+    slower = canary.step_time_change > 0
+    more_ooms = canary.ooms_per_step[1] > canary.ooms_per_step[0]
+    return "roll back" if slower or more_ooms else "keep"
+
+
 # A model of OPT-1.3B's shape (Zhang et al., 2022: 24 layers, hidden 2048, 32 heads, vocabulary 50272), with the
 # parameter count estimated from the shape (12 L h^2 for the layers + V h for the embedding).
 SMALL = Model("1.3B (OPT-1.3B's shape)", 12 * 24 * 2048**2 + 50272 * 2048, 24, 2048, 32, 50272)
@@ -149,6 +179,7 @@ _LEVERS = {"micro_batch", "checkpointing", "offload_optimizer", "master_weights"
            "flash_attention"}
 
 
+@ladder(TEXT, "fit_rule")
 def check_fit_7b(fn: Callable[[], Any]) -> str:
     """fn() returns changes to budget.Training's defaults; the 7B step must fit in 90% of 80 GiB with a
     micro-batch of at least 4 sequences of 4096 tokens."""
@@ -238,6 +269,41 @@ FAILURES: dict[str, Failure] = {
 }
 
 
+# A setting "saves" a run by luck when it rounds every request up until the pieces happen to fit: the run then
+# holds more per tensor than it asks for (roundup_power2_divisions:2 fills failure A's whole 8 GiB card). Ordinary
+# rounding (512 B steps, a large-pool remainder of 1 MiB or less kept in its block) costs well under 1% here.
+MAX_INFLATION = 1.02  # peak allocated / peak of the bytes requested, above which a setting bought room with waste
+_PROGRAMS: dict[str, Callable[[], list[Event]]] = {
+    "A": canonical_scenario,
+    "B": lambda: _training_program(4, False),
+}
+
+
+def _requested_peak(events: list[Event]) -> int:
+    """The highest sum of the bytes the program's live tensors ask for, whatever the allocator rounds."""
+    live: dict[str, int] = {}
+    now = peak = 0
+    for e in events:
+        if e.op == "alloc":
+            live[e.name] = e.size
+            now += e.size
+            peak = max(peak, now)
+        elif e.op == "free":
+            now -= live.pop(e.name, 0)
+    return peak
+
+
+def _expect_no_inflation(key: str, fix: str) -> None:
+    """Wrong when the setting saved failure `key` only by rounding its tensors up (see MAX_INFLATION)."""
+    events = _PROGRAMS[key]()
+    r = _replay_on(events, fix)
+    requested = _requested_peak(events)
+    if r.peak_allocated > MAX_INFLATION * requested:
+        raise Wrong(say(TEXT, "inflated", key=key, fix=repr(fix), allocated=format_size(r.peak_allocated),
+                        requested=format_size(requested), capacity=format_size(CANONICAL_CAPACITY)),
+                    say(TEXT, "inflated_hint"), fix=say(TEXT, "inflated_fix"))
+
+
 def _replay_on(events: list[Event], conf: str, gpu: SimulatedGPU | None = None) -> ReplayResult:
     allocator = CachingAllocator(gpu or SimulatedGPU(CANONICAL_CAPACITY), conf)
     return replay(events, allocator)
@@ -294,6 +360,7 @@ def _outcome(r: ReplayResult) -> str:
 _HINTS = {key: TEXT[f"hint_{key}"] for key in "ABC"}  # each failure's hint (a Text: every language)
 
 
+@ladder(TEXT, "fixes_rule")
 def check_fixes(fn: Callable[[], Any]) -> str:
     """fn() returns {"A": fix, "B": fix, "C": fix}; each fix is replayed on its failure."""
     fixes = call(fn)
@@ -320,5 +387,7 @@ def check_fixes(fn: Callable[[], Any]) -> str:
         if not saved:
             raise Wrong(say(TEXT, "not_saved", key=key, fix=repr(fix), what=what), say(TEXT, f"hint_{key}"),
                         rule=say(TEXT, "fixes_rule"))
+        if not program_fix(fix) and key in _PROGRAMS:
+            _expect_no_inflation(key, fix)
         lines.append(say(TEXT, "saved", key=key, fix=repr(fix), what=what))
     return say(TEXT, "all_saved") + "\n" + "\n".join(lines)

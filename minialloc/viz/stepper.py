@@ -41,7 +41,9 @@ TEXT = messages("minialloc.viz.stepper.TEXT", {
     "step": "step",
     "back": "one step back",
     "forward": "one step forward",
-    "rerun": "The controls need this notebook's kernel: after reopening the notebook, run this cell again.",
+    "rerun":
+        "The controls need this notebook's kernel, and a reopened notebook has none yet: run the notebook's first "
+        "code cell (its imports), then run this cell again.",
 })
 
 
@@ -53,9 +55,10 @@ def _swatch(kind: str) -> str:
             f'vertical-align:middle"></span> {html.escape(LABELS[kind])}')
 
 
-def _legend_html() -> str:
-    """The quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML."""
-    return ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS)
+def _legend_html(kinds: Iterable[str] = tuple(COLORS)) -> str:
+    """The quick frames leave the legend out (text is slow to draw): the widget shows it once, as HTML, naming
+    only the kinds of block this replay can show."""
+    return ("<div style='font-size:85%;margin:2px 0'>" + " &nbsp; ".join(_swatch(k) for k in COLORS if k in kinds)
             + " &nbsp; <span style='display:inline-block;width:1.2em;height:0.7em;border:2px solid black;"
             f"vertical-align:middle'></span> {html.escape(say(MAP_TEXT, 'largest'))}</div>")
 
@@ -88,7 +91,7 @@ class Stepper:
 
     def __init__(self, events: Iterable[Any], config: Any = None, *, capacity: int | str = "80GiB",
                  checkpoint_every: int = 1000, max_rows: int = 20, precompute: bool = True,
-                 title: str | None = None, dpi: int = 72) -> None:
+                 title: str | None = None, dpi: int = 72, key_frames: bool = True) -> None:
         # a Replay already built (Stepper.from_snapshot) is used as it is
         self.replay = events if isinstance(events, Replay) else Replay(events, config, capacity=capacity,
                                                                          checkpoint_every=checkpoint_every)
@@ -96,6 +99,9 @@ class Stepper:
         self.title = title
         self.dpi = dpi
         self.step = 0
+        # False: a page without widgets shows the current step only, not the peak and the first OOM (a chapter
+        # holds those back until the learner has predicted what they show)
+        self.with_key_frames = key_frames
         self.samples = self.replay.precompute() if precompute else None
         self._height = 2.2 + 0.3 * max_rows  # one size for every step, so the picture never jumps
 
@@ -204,10 +210,25 @@ class Stepper:
         fwd.on_click(lambda _: setattr(slider, "value", min(n, slider.value + 1)))
         return w.VBox([w.HBox([play, back, fwd, slider]), stats, image])
 
+    def kinds(self) -> set[str]:
+        """The kinds of block this replay can show: a pending free needs a record_stream event, unmapped pages
+        need expandable segments; live blocks and free pieces and segments are in every replay."""
+        kinds = {"live", "free_split", "free_whole"}
+        if any(op[0] == "record_stream" for op in self.replay._ops):
+            kinds.add("pending")
+        if self.replay.allocator.config.expandable_segments:
+            kinds.add("unmapped")
+        return kinds
+
     def _stats_html(self) -> str:
-        # the last line is for a reopened notebook: its saved widget state shows this view, but no kernel answers
-        return (_legend_html() + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
-                + f"<div style='font-size:85%;color:#555'>{html.escape(say(TEXT, 'rerun'))}</div>")
+        # the last line is for a reopened notebook: its saved widget state shows this view, but no kernel answers.
+        # That line says so in words, so ipywidgets' red broken-link icon on every control of a widget without a
+        # kernel (the class jupyter-widgets-disconnected, drawn by a ::before rule) only hides the controls: the
+        # style turns it off
+        return (_legend_html(self.kinds()) + "<pre style='margin:0'>" + html.escape(self.stats_text()) + "</pre>"
+                + f"<div style='font-size:85%;color:#555'>{html.escape(say(TEXT, 'rerun'))}</div>"
+                + "<style>.jupyter-widgets-disconnected::before{content:none!important;display:none!important}"
+                  "</style>")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """The widget for a live frontend, plus static pictures for exports and viewers without widgets."""
@@ -217,7 +238,7 @@ class Stepper:
             bundle.update(widget_bundle[0] if isinstance(widget_bundle, tuple) else widget_bundle)
         except ImportError:  # no ipywidgets: the static pictures are all there is
             pass
-        frames = self.static_frames()
+        frames = self.static_frames(extra_frames=self.with_key_frames)
         bundle["text/html"] = self.static_html(frames)
         bundle["image/png"] = frames[0][1]  # the current step, for viewers that take only pictures
         bundle["text/plain"] = f"<Stepper over {len(self.replay)} events>\n{self.stats_text()}"

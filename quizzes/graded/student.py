@@ -57,4 +57,5 @@ def check(sheet: Sheet, answers: dict[str, Any], student_id: object, number: int
     written = _as_graded(slot.key)
     if written is not None:
         parse_answer(written, form)  # the value as written: a computed value raises "could not be read"
-    print(f"{slot.grade_id}: {slot.key} is answered in a form the grader reads ({slot.points:g} points at stake)")
+    points = f"{slot.points:g} point" + ("" if slot.points == 1 else "s")  # "1 point", "0.5 points", "2 points"
+    print(f"{slot.grade_id}: {slot.key} is answered in a form the grader reads ({points} at stake)")
