@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the instructor's pass mark, e.g. 80%% (never read from the gradebook)")
     c.add_argument("--issuer-name", default=None)
     c.add_argument("--lang", choices=("en", "vi", "de"), default="en")
+    c.add_argument("--name-order", choices=("given-first", "family-first"), default=None,
+                   help="how to join the gradebook's first and last name (default: the order of --lang's language: "
+                        "family-first for vi, given-first for en and de)")
     _signing_options(c)
 
     v = sub.add_parser("verify", help="verify a credential offline")
@@ -205,7 +208,7 @@ def _certify(args: argparse.Namespace) -> int:
     outcomes = certify(args.gradebook, args.assignment, args.key, args.out, pass_mark=args.pass_mark,
                        issuer_name=args.issuer_name or DEFAULT_ISSUER_NAME, lang=args.lang,
                        passphrase=_passphrase(args), cryptosuite=args.cryptosuite, proof_array=args.proof_array,
-                       status_list=args.status_list)
+                       status_list=args.status_list, name_order=args.name_order)
     for outcome in outcomes:
         print(outcome.line())
     issued = sum(o.status == "certified" for o in outcomes)

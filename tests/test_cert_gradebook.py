@@ -15,7 +15,7 @@ from nbgrader.api import Gradebook
 
 import quizzes.certs.keyguard as keyguard
 from quizzes.certs import CertError, identity_matches, keygen, load_credential, verify_credential
-from quizzes.certs.gradebook import certify, file_stems
+from quizzes.certs.gradebook import certify, file_stems, full_name
 from quizzes.cli import main
 
 # student -> (first name, last name, e-mail, score out of 21 or None for no submission, late penalty, extra credit)
@@ -127,6 +127,23 @@ def test_certify_issues_exactly_to_those_who_passed(gradebook, key, tmp_path, sa
     assert outcomes["erin"].detail == "16 of 21 points (76%), after a late penalty of 4 < 80%"
     again = {o.student: o.status for o in certify(gradebook, "quiz1", key, out, pass_mark=0.8)}
     assert again["alice"] == again["bao"] == "exists"
+
+
+def test_a_vietnamese_certificate_writes_the_family_name_first(gradebook, key, tmp_path):
+    """nbgrader keeps a first (given) and a last (family) name; Vietnamese writes the family name first."""
+    assert full_name("An", "Nguyễn Văn", "family-first") == "Nguyễn Văn An"
+    assert full_name("An", "Nguyễn Văn", "given-first") == "An Nguyễn Văn"
+    assert full_name("Carol", None, "family-first") == "Carol"
+    # bao's gradebook fields: first (given) name Trần, last (family) name Bảo
+    outcomes = {o.student: o for o in certify(gradebook, "quiz1", key, tmp_path / "vi", pass_mark=0.8, lang="vi")}
+    credential = load_credential(outcomes["bao"].files[0])
+    assert identity_matches(credential, email="bao@example.org", name="Bảo Trần") == []
+    assert "Bảo Trần" in outcomes["bao"].files[1].read_text(encoding="utf-8")
+    again = {o.student: o for o in certify(gradebook, "quiz1", key, tmp_path / "en", pass_mark=0.8, lang="vi",
+                                           name_order="given-first")}
+    assert identity_matches(load_credential(again["bao"].files[0]), email="bao@example.org", name="Trần Bảo") == []
+    with pytest.raises(CertError, match="given-first or family-first"):
+        certify(gradebook, "quiz1", key, tmp_path / "x", pass_mark=0.8, name_order="surname")
 
 
 def test_file_name_collisions_are_kept_apart_or_refused(gradebook, key, tmp_path):

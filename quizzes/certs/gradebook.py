@@ -97,16 +97,32 @@ def file_stems(student_ids: list[str]) -> dict[str, str | None]:
     return {sid: (stem if len(seen[stem.casefold()]) == 1 else None) for sid, stem in stems.items()}
 
 
+# How each certificate language writes a person's name from nbgrader's first_name (given) and last_name (family)
+# fields: Vietnamese puts the family name first ("Nguyễn Văn An"), English and German the given name.
+NAME_ORDER = {"en": "given-first", "de": "given-first", "vi": "family-first"}
+
+
+def full_name(given: str | None, family: str | None, order: str) -> str:
+    """A name from the gradebook's two fields, in `order`; a missing field is left out."""
+    parts = (given, family) if order == "given-first" else (family, given)
+    return " ".join(p for p in parts if p)
+
+
 def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | str, *, pass_mark: float,
             issuer_name: str = DEFAULT_ISSUER_NAME, lang: str = "en", now: datetime | None = None,
             passphrase: PassphraseSource | None = None, cryptosuite: str = RDFC_SUITE,
-            status_list: Path | None = None, proof_array: bool = False) -> list[Outcome]:
+            status_list: Path | None = None, proof_array: bool = False,
+            name_order: str | None = None) -> list[Outcome]:
     """One credential (with its printable certificate) per student at or above `pass_mark` (a fraction); each
-    with a credentialStatus entry in `status_list` when one is given."""
+    with a credentialStatus entry in `status_list` when one is given. Names are written in `name_order`
+    ("given-first" or "family-first"), by default the order of the certificate's language `lang`."""
     from nbgrader.api import MissingEntry
 
     if not 0 < pass_mark <= 1:
         raise CertError(f"the pass mark must be a fraction in (0, 1], e.g. 0.8 for 80%, not {pass_mark}")
+    order = name_order or NAME_ORDER.get(lang, "given-first")
+    if order not in ("given-first", "family-first"):
+        raise CertError(f"name order {order!r}: use given-first or family-first")
     ensure_hidden_from_sandbox(key_path)
     key = load_private_key(key_path, passphrase)
     out = Path(out_dir)
@@ -122,7 +138,7 @@ def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | 
             try:
                 outcomes.append(_certify_one(gb, student, stems[student.id], assignment, max_score, pass_mark,
                                              key, out, issuer_name, lang, now, cryptosuite, MissingEntry,
-                                             status_list, proof_array))
+                                             status_list, proof_array, order))
             except Exception as e:  # one student's failure must not cost the others theirs
                 reason = str(e) if isinstance(e, CertError) else f"{type(e).__name__}: {e}"
                 outcomes.append(Outcome(student.id, "error", reason))
@@ -132,7 +148,8 @@ def certify(db_url: str, assignment: str, key_path: Path | str, out_dir: Path | 
 def _certify_one(gb: Gradebook, student: Student, stem: str | None, assignment: str, max_score: float,
                  pass_mark: float, key: Ed25519PrivateKey, out: Path, issuer_name: str, lang: str,
                  now: datetime | None, cryptosuite: str, missing: type[Exception],
-                 status_list: Path | None = None, proof_array: bool = False) -> Outcome:
+                 status_list: Path | None = None, proof_array: bool = False,
+                 name_order: str = "given-first") -> Outcome:
     try:
         submission = gb.find_submission(assignment, student.id)
     except missing:
@@ -148,7 +165,7 @@ def _certify_one(gb: Gradebook, student: Student, stem: str | None, assignment: 
     if stem is None:
         return Outcome(student.id, "error", "its file name would collide with another student id's: rename one "
                                             "of them in the gradebook")
-    name = " ".join(p for p in (student.first_name, student.last_name) if p) or student.id
+    name = full_name(student.first_name, student.last_name, name_order) or student.id
     path = out / f"{stem}.credential.json"
     if path.exists():
         return Outcome(student.id, "exists", "kept the credential already issued", [path])
