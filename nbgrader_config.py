@@ -28,6 +28,7 @@ from grading.preprocessors import (
     GuardedExecute,
     HideTestTracebacks,
     InertOutputs,
+    KernelOutputsWithheld,
     RedactHiddenTests,
     RestoringOverwriteCells,
     ScanForKeys,
@@ -118,8 +119,11 @@ c.GenerateFeedback.notebook_timeout = 120
 # printed by the student's code), no active
 # content in any output (again: a notebook autograded before InertOutputs was added), and no private-key
 # material: the issuer key's default place is checked, add yours
-c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks, InertOutputs,
-                                    ScanForKeys, "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+# no output of the kernel's at all (it ran the hidden tests: any output can carry them, in any encoding), only the
+# grader's verdicts
+c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks,
+                                    KernelOutputsWithheld, InertOutputs, ScanForKeys,
+                                    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 # what is left is cleaned where it is rendered, by an allow-list sanitizer (nh3: grading/sanitize.py):
 # nbgrader's feedback template renders markdown cells with the `markdown2html` filter and no cleaning, and HTML
 # outputs with `clean_html` when sanitize_html is on; both filters are replaced by sanitizing ones. The formgrader

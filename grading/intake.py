@@ -350,14 +350,17 @@ _api_class = None
 def install() -> None:
     """Make nbgrader's autograde and generate_feedback (the commands and NbGraderAPI, the formgrader's too) use
     CheckedAutograde and grading.feedback's TimedGenerateFeedback, and the formgrader (when it is the one
-    loading this configuration) use the API of checked_api_class()."""
+    loading this configuration) use the API of checked_api_class(); and escape every log record of the process
+(grading/escape.py)."""
     import sys
 
     from nbgrader.apps import api, autogradeapp, generatefeedbackapp
     from nbgrader.converters.generate_feedback import GenerateFeedback
 
+    from grading.escape import install_log_escaper
     from grading.feedback import TimedGenerateFeedback
 
+    install_log_escaper()  # every log line of the grader's process: no student's control character sent raw
     global _api_class
     for modules, name, upstream, ours in (((api, autogradeapp), "Autograde", Autograde, CheckedAutograde),
                                           ((api, generatefeedbackapp), "GenerateFeedback", GenerateFeedback,
