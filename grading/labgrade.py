@@ -9,15 +9,20 @@ feedback. Then, for a lab listed in grading/labspecs, this preprocessor
    sizes) and returns plain data; minialloc's implementation is withheld in that process;
 3. compares the data with references computed here with minialloc, and replaces each graded test cell's outputs
    with the verdict, in the form SaveAutoGrades reads (all or nothing per cell);
-4. looks at the answer cells for copied or delegated work (grading/copied.py): the reasons go to
-   `resources["grader_review"]`, which FlagForReview turns into "needs manual grade".
+4. looks at the answer cells for copied or delegated work (grading/copied.py: minialloc, the public solutions and
+   every other submission of the batch): the reasons go to `resources["grader_review"]`, which FlagForReview
+   turns into "needs manual grade", and the copies' evidence (both passages) to the notebook's metadata
+   (`grader_copies`); and flags each test whose verdict in the student's kernel and in the grader differ.
 Nothing the notebook did in its own kernel reaches a score.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import random
 import secrets
+from pathlib import Path
 
 from IPython.core.inputtransformer2 import TransformerManager
 from nbformat.v4 import new_output
@@ -27,7 +32,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
 from . import labspecs
-from .copied import copied_work
+from .copied import read_answers, review
 from .labrun import Step, run_steps
 from .labspecs.probe_common import known_name
 
@@ -87,10 +92,27 @@ class LabGrade(NbGraderPreprocessor):
             elif not failed and problem:
                 reasons.append(f"{grade_id}: passed in the student's kernel but failed the grader's checks")
         nb.metadata["grader_kernel_tests"] = kernel
-        reasons += copied_work(answers)
+        found, copies = review(answers, self._others(info, answers))
+        reasons += found + [c.reason for c in copies]
+        if copies:  # the evidence, both passages as written, for the instructor to compare side by side
+            nb.metadata["grader_copies"] = [c.as_json() for c in copies]
         if reasons:
             resources.setdefault("grader_review", []).extend(reasons)
         return nb, resources
+
+    def _others(self, info, answers) -> dict[str, dict[str, str]]:
+        """The answer cells of every other submission of this assignment in the course (collusion), read from the
+        submitted folders without following links (copied.read_answers)."""
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if coursedir is None:
+            return {}
+        pattern = coursedir.format_path(coursedir.submitted_directory, "*", info["assignment"])
+        others = {}
+        for folder in sorted(glob.glob(pattern)):
+            student = os.path.basename(os.path.dirname(folder))
+            if student != info["student"]:
+                others[student] = read_answers(Path(folder) / f"{info['notebook']}.ipynb", answers)
+        return others
 
     def _timeout(self) -> int:
         return self.cell_timeout or int(self.config.Execute.get("timeout", 30) or 30)
