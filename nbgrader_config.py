@@ -76,6 +76,9 @@ c.ExchangeCollect.check_owner = True
 c.Autograde.max_notebook_bytes = 10_000_000
 # and one whose markdown cells hold more than 200 000 characters (rendering them takes time in proportion)
 c.Autograde.max_markdown_chars = 200_000
+# and one with a code cell of more than 50 000 characters (the largest answer of the labs' solutions is 3 500);
+# the refusal names the cell
+c.Autograde.max_code_cell_chars = 50_000
 
 # === autograde ===================================================================================================
 # time: each cell gets 30 s, then the kernel is interrupted and that cell fails; a kernel still busy 5 s after

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import select
 import shutil
 import signal
@@ -160,6 +161,16 @@ def probe_env() -> dict[str, str]:
     return {"MINIALLOC_DEVICE": "sim", "MPLBACKEND": "Agg", **passed}
 
 
+def kernel_argv() -> list[str]:
+    """sys.argv as a sandboxed kernel has it (`python -m ipykernel_launcher -f <its connection file>`, the file in
+    a fresh folder of grading.sandbox's), for the grading program's sys.argv: an answer that reads its arguments
+    sees a kernel's, not the grader's."""
+    spec = importlib.util.find_spec("ipykernel_launcher")
+    launcher = spec.origin if spec is not None and spec.origin else "ipykernel_launcher.py"
+    folder = f"minialloc-sandbox-{secrets.token_hex(4)}"[:27]
+    return [launcher, "-f", os.path.join(tempfile.gettempdir(), folder, "conn", "kernel.json")]
+
+
 def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float, grace: float,
               total_timeout: float, max_bytes: int = 8 * 1024**2, memory_bytes: int = 3 * 1024**3,
               uid_base: int = 300_000, sandbox: bool = True) -> Run:
@@ -181,7 +192,7 @@ def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float,
                 os.chmod(os.path.join(folder, name), 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
-        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout,
+        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout, "argv": kernel_argv(),
                 "steps": [s.as_json() for s in steps]}
         script = DRIVER.read_text(encoding="utf-8") + f"\n\nmain({json.dumps(spec)!r})\n"
         uid = uid_base + os.getpid() % 50_000 if os.geteuid() == 0 else -1
