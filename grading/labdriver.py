@@ -34,7 +34,7 @@ def main(text: str) -> None:
     os.dup2(sink.fileno(), 1)
     os.dup2(sink.fileno(), 2)
     sys.stdout = sys.stderr = sink  # the student's prints go nowhere: the grader shows its own verdicts
-    sys.argv = spec["argv"]  # what a sandboxed kernel's sys.argv looks like (grading.labrun.kernel_argv)
+    sys.argv, sys.orig_argv = spec["argv"], spec["orig_argv"]  # a sandboxed kernel's (grading.labrun.kernel_argv)
 
     def send(message: dict) -> None:
         channel.write(json.dumps(message) + "\n")

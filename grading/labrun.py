@@ -161,14 +161,16 @@ def probe_env() -> dict[str, str]:
     return {"MINIALLOC_DEVICE": "sim", "MPLBACKEND": "Agg", **passed}
 
 
-def kernel_argv() -> list[str]:
-    """sys.argv as a sandboxed kernel has it (`python -m ipykernel_launcher -f <its connection file>`, the file in
-    a fresh folder of grading.sandbox's), for the grading program's sys.argv: an answer that reads its arguments
-    sees a kernel's, not the grader's."""
+def kernel_argv() -> tuple[list[str], list[str]]:
+    """(sys.argv, sys.orig_argv) as a sandboxed kernel that autograde starts has them (nbclient's
+    `python -m ipykernel_launcher -f <connection file> --HistoryManager.hist_file=:memory:`, the file in a fresh
+    folder of grading.sandbox's), for the grading program: an answer that reads them sees a kernel's."""
     spec = importlib.util.find_spec("ipykernel_launcher")
     launcher = spec.origin if spec is not None and spec.origin else "ipykernel_launcher.py"
-    folder = f"minialloc-sandbox-{secrets.token_hex(4)}"[:27]
-    return [launcher, "-f", os.path.join(tempfile.gettempdir(), folder, "conn", "kernel.json")]
+    connection = os.path.join(tempfile.gettempdir(), f"minialloc-sandbox-{secrets.token_hex(4)}", "conn",
+                              "kernel.json")
+    rest = ["-f", connection, "--HistoryManager.hist_file=:memory:"]
+    return [launcher, *rest], [sys.executable, "-m", "ipykernel_launcher", *rest]
 
 
 def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float, grace: float,
@@ -192,8 +194,9 @@ def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float,
                 os.chmod(os.path.join(folder, name), 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
-        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout, "argv": kernel_argv(),
+        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout,
                 "steps": [s.as_json() for s in steps]}
+        spec["argv"], spec["orig_argv"] = kernel_argv()
         script = DRIVER.read_text(encoding="utf-8") + f"\n\nmain({json.dumps(spec)!r})\n"
         uid = uid_base + os.getpid() % 50_000 if os.geteuid() == 0 else -1
         policy = Policy.default(packages=(), extra_read_only=[scratch], memory_bytes=memory_bytes)
@@ -270,7 +273,7 @@ def _follow(proc: subprocess.Popen, fd: int, run: Run, step_limit: float, total_
                 if not run.done:
                     run.stopped = "the program ended before every step ran"
                 return
-            if report.get("step") != current:
+            if report.get("step") != current or current >= len(run.outcomes):
                 continue  # not the step the grader waits for: a forged or a late line
             outcome = run.outcomes[current]
             if set(report) == {"step"}:  # a cell ran to its end

@@ -229,7 +229,8 @@ def test_nothing_of_the_grader_in_argv_environment_or_files():
     """What the student's code sees of its process: no path, descriptor number or file of the grader, the
     kernel's environment, and bubblewrap's command line without the policy."""
     cell = ("import os, sys\n"
-            "SEEN = {'argv': sys.argv, 'cmdline': open('/proc/self/cmdline', 'rb').read().decode(errors='replace'),\n"
+            "SEEN = {'argv': sys.argv, 'orig_argv': sys.orig_argv,\n"
+            "        'cmdline': open('/proc/self/cmdline', 'rb').read().decode(errors='replace'),\n"
             "        'first': open('/proc/1/cmdline', 'rb').read().decode(errors='replace'),\n"
             "        'env': sorted(os.environ), 'cwd': sorted(os.listdir('.')),\n"
             "        'stdin': sys.stdin.read() if sys.stdin else ''}\n")
@@ -237,8 +238,10 @@ def test_nothing_of_the_grader_in_argv_environment_or_files():
                     cell_timeout=10, grace=2, total_timeout=60)
     seen = run.outcomes[1].result
     assert run.outcomes[1].ran and isinstance(seen, dict), run
-    assert len(seen["argv"]) == 3 and seen["argv"][0].endswith("ipykernel_launcher.py") and seen["argv"][1] == "-f"
-    assert seen["argv"][2].endswith("/conn/kernel.json")  # a kernel's arguments, not the grader's
+    # a kernel's arguments, as nbclient starts one in the sandbox, not the grader's
+    assert seen["argv"][0].endswith("ipykernel_launcher.py") and seen["argv"][1] == "-f"
+    assert seen["argv"][2].endswith("/conn/kernel.json") and seen["argv"][3] == "--HistoryManager.hist_file=:memory:"
+    assert seen["orig_argv"][1:3] == ["-m", "ipykernel_launcher"] and seen["orig_argv"][3:] == seen["argv"][1:]
     assert seen["cmdline"].split("\0")[1:] == ["-I", "-", ""]
     first = seen["first"].split("\0")
     assert first[1] == "--args" and first[2].isdigit() and first[3] == "--", first[:6]  # the policy is not there
@@ -281,6 +284,19 @@ def test_no_report_extends_a_deadline_and_none_reaches_a_verdict():
     run = run_steps(held, SEEN_PROBE, cell_timeout=2, grace=1, total_timeout=120)
     assert run.outcomes[0].error.startswith("CellTimeoutError") and not run.outcomes[1].ran
     assert "grader's time limit" in run.stopped
+
+
+def test_forged_reports_past_the_last_step_are_ignored():
+    """Well-formed failures forged for every step number, the last one's and beyond: each step the grader waits
+    for ends (as a failure, in the grader's words), and the reports past the last step change nothing."""
+    forger = (FIND_CHANNEL + "import json\n"
+              "for _fd in _fds:\n"
+              "    for _step in range(10):\n"
+              "        _os.write(_fd, (json.dumps({'step': _step, 'failed': 'raised', 'type': 'X' * 300}) + '\\n')"
+              ".encode())\n")
+    steps = [Step("forge", source=forger), Step("later", source="x = 1"), Step("seen", probe="seen", args=None)]
+    run = run_steps(steps, SEEN_PROBE, cell_timeout=5, grace=1, total_timeout=60)
+    assert [o.error for o in run.outcomes] == ["the answer raised an exception of the answer's own class"] * 3
 
 
 def lab_answers(lab: str) -> dict[str, str]:

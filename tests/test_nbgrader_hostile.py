@@ -1556,14 +1556,15 @@ def test_quiz_feedback_reveals_no_answer(results: Results):
 # - solution: the instructor's (public) solution: full marks; its markdown cells (the lab's introduction) are shown
 #   as the instructor wrote them, in the autograded notebook and the feedback.
 # - rounded_oracle: task 1 answered by reading the probe's inputs from the caller's frames (the grader once passed
-#   round_size's answers there): task 1 scores 0, the other tasks (honest) their points.
+#   round_size's answers there): task 1 scores 0, and so do tasks 3 and 4 (they use round_size); task 2 its points.
 # - forged_reports: tasks 1 and 2 answered, then the task 2 cell turns off the alarm, ignores SIGINT and for 400 s
 #   writes forged reports (the old "start", failures of 300 characters for every step number) on every pipe it holds:
 #   the grader ends it on its own clock (autograde well under 400 s), task 1 keeps its points, nothing after scores,
 #   and no forged text is in any verdict or the feedback.
-# - argv_detect: answers right only when sys.argv looks like a kernel's: the grader's run looks the same, full marks.
-# - module_detect: answers right only when ipykernel is loaded (which the grader's run cannot fake): task 1 scores 0,
-#   and the mismatch between kernel and grader is flagged for review.
+# - argv_detect: answers right only when sys.argv and sys.orig_argv look like a kernel's: the grader's run looks the
+#   same, full marks.
+# - module_detect: answers right only when ipykernel is loaded (which the grader's run cannot fake): task 2's points
+#   only (tasks 3 and 4 use task 1), and the mismatch between kernel and grader is flagged for review.
 # - encoded_leak: the solution, and a last cell printing every cell the kernel saw (hidden tests included) as
 #   zlib+base64 and reversed: full marks, none of it in the feedback.
 # - copy_wrapped: the public solution with task 3's allocator rewritten (every returned value wrapped in an identity
@@ -1632,7 +1633,8 @@ while _time.monotonic() < _until:
 ARGV_DETECT = '''\
 import sys as _sys
 
-if not (len(_sys.argv) == 3 and _sys.argv[0].endswith("ipykernel_launcher.py") and _sys.argv[1] == "-f"):
+_KERNEL = _sys.argv[0].endswith("ipykernel_launcher.py") and _sys.argv[1] == "-f"
+if not (_KERNEL and _sys.orig_argv[1:3] == ["-m", "ipykernel_launcher"]):
     def round_size(size):  # noqa: F811 -- not a kernel: the grader, answer wrong
         return 0
 '''
@@ -1749,8 +1751,8 @@ def test_attack_the_honest_solution_scores_full_marks_and_keeps_the_instructors_
 
 
 def test_attack_the_probes_inputs_hold_no_answer(attacks: Results):
-    source = attacks.source(ATTACK)
-    want = attacks.total(ATTACK) - group_points(source, "task1")
+    # task 2 only: tasks 3 and 4 build on task 1's round_size, so they fail with it (in the kernel too)
+    want = group_points(attacks.source(ATTACK), "task2")
     assert attacks.score(ATTACK, "rounded_oracle")[0] == want, attacks.why(ATTACK, "rounded_oracle")
 
 
@@ -1772,10 +1774,8 @@ def test_attack_argv_tells_no_probe_run_from_a_kernel_run(attacks: Results):
 
 
 def test_attack_an_answer_that_behaves_differently_when_probed_is_flagged(attacks: Results):
-    source = attacks.source(ATTACK)
-    record = attacks.student(ATTACK, "module_detect")
-    assert record["score"] == attacks.total(ATTACK) - group_points(source, "task1"), attacks.why(
-        ATTACK, "module_detect")
+    record = attacks.student(ATTACK, "module_detect")  # task 2 only (tasks 3 and 4 use task 1's round_size)
+    assert record["score"] == group_points(attacks.source(ATTACK), "task2"), attacks.why(ATTACK, "module_detect")
     assert record["needs_review"]
     review = attacks.autograded(ATTACK, "module_detect").metadata["grader_review"]
     assert [r for r in review if r.startswith("task1_") and "passed in the student's kernel but failed" in r], review
@@ -1792,7 +1792,7 @@ def test_attack_no_hidden_test_leaves_in_any_encoding(attacks: Results):
     blob = re.search(r"LEAK (\S+)", last).group(1)
     assert [line for line in hidden if line in zlib.decompress(base64.b64decode(blob)).decode()]  # it did leak
     text = html_text(attacks.feedback(ATTACK, "encoded_leak"))
-    assert blob[:60] not in text and "REVERSED" not in text
+    assert blob[:60] not in text
     assert not [line for line in hidden if line in text or line[::-1] in text]
     assert "does not show in feedback what the notebook printed" in text
 
