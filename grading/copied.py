@@ -82,9 +82,11 @@ def copied_work(answers: dict[str, str], others: Mapping[str, Mapping[str, str]]
     return reasons + [c.reason for c in copies]
 
 
-def review(answers: dict[str, str], others: Mapping[str, Mapping[str, str]] | None = None
-           ) -> tuple[list[str], list[Copy]]:
-    """(reasons that are not copies, the copies found) for the answer cells' sources by grade id."""
+def review(answers: dict[str, str], others: Mapping[str, Mapping[str, str]] | None = None,
+           boilerplate: Mapping[str, str] | None = None) -> tuple[list[str], list[Copy]]:
+    """(reasons that are not copies, the copies found) for the answer cells' sources by grade id. `boilerplate`:
+    each answer cell as the release hands it out (the instructor's skeleton, which every student shares): an
+    answer that is only that is not compared, and what it shares with it counts for nothing."""
     reasons: list[str] = []
     copies: list[Copy] = []
     known = [*_reference_passages(), *_batch_passages(others or {})]
@@ -94,7 +96,14 @@ def review(answers: dict[str, str], others: Mapping[str, Mapping[str, str]] | No
         except SyntaxError:
             continue  # it scores nothing anyway
         reasons += [f"{grade_id}: {why}" for why in dict.fromkeys(_names(tree))]
-        copies += _copies(grade_id, source, tree, known)
+        skeleton = (boilerplate or {}).get(grade_id, "")
+        try:
+            skeleton_tree = ast.parse(skeleton) if skeleton else None
+        except SyntaxError:
+            skeleton_tree = None
+        if skeleton_tree is not None and ast.dump(normalised(skeleton_tree)) == ast.dump(normalised(tree)):
+            continue  # the release's skeleton, unanswered
+        copies += _copies(grade_id, source, tree, known, skeleton_tree)
     return reasons, copies
 
 
@@ -174,12 +183,14 @@ def _segment(source: str, node: ast.AST) -> str:
     return ast.get_source_segment(source, node) or ast.unparse(node)
 
 
-def fingerprint(text: str):
-    """copydetect's fingerprint of Python text (names filtered), None when it is shorter than one k-gram."""
+def fingerprint(text: str, boilerplate=None):
+    """copydetect's fingerprint of Python text (names filtered; `boilerplate`'s hashes left out), None when it is
+    shorter than one k-gram."""
     from copydetect import CodeFingerprint
 
     try:
-        return CodeFingerprint("answer.py", COPYDETECT_K, COPYDETECT_WINDOW, fp=io.StringIO(text))
+        return CodeFingerprint("answer.py", COPYDETECT_K, COPYDETECT_WINDOW, boilerplate=boilerplate,
+                               fp=io.StringIO(text))
     except Exception:  # too short for a k-gram, or a text pygments cannot tokenise
         return None
 
@@ -225,11 +236,20 @@ def _batch_passages(others: Mapping[str, Mapping[str, str]]) -> list[Passage]:
     return out
 
 
-def _copies(grade_id: str, source: str, tree: ast.AST, known: Iterable[Passage]) -> list[Copy]:
+def _copies(grade_id: str, source: str, tree: ast.AST, known: Iterable[Passage],
+            skeleton: ast.AST | None = None) -> list[Copy]:
     normal = normalised(tree)
-    mine = [(node.name, _segment(source, original), shingles(node)) for node, original in _functions(normal, tree)
-            if len(shape(node)) >= MIN_NODES]
-    printed = fingerprint(ast.unparse(normal))
+    shared: set = set()  # the skeleton's shingles: every student has them
+    boiler = None
+    if skeleton is not None:
+        skeleton_normal = normalised(skeleton)
+        for node in ast.walk(skeleton_normal):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                shared |= shingles(node)
+        boiler = fingerprint(ast.unparse(skeleton_normal))
+    mine = [(node.name, _segment(source, original), shingles(node) - shared)
+            for node, original in _functions(normal, tree) if len(shape(node)) >= MIN_NODES]
+    printed = fingerprint(ast.unparse(normal), boiler.hashes if boiler is not None else None)
     found: dict[str, Copy] = {}
     for passage in known:
         for _name, text, own in mine:  # 1. the syntax tree, function by function

@@ -92,7 +92,7 @@ class LabGrade(NbGraderPreprocessor):
             elif not failed and problem:
                 reasons.append(f"{grade_id}: passed in the student's kernel but failed the grader's checks")
         nb.metadata["grader_kernel_tests"] = kernel
-        found, copies = review(answers, self._others(info, answers))
+        found, copies = review(answers, self._others(info, answers), self._release(info, answers))
         reasons += found + [c.reason for c in copies]
         if copies:  # the evidence, both passages as written, for the instructor to compare side by side
             nb.metadata["grader_copies"] = [c.as_json() for c in copies]
@@ -113,6 +113,14 @@ class LabGrade(NbGraderPreprocessor):
             if student != info["student"]:
                 others[student] = read_answers(Path(folder) / f"{info['notebook']}.ipynb", answers)
         return others
+
+    def _release(self, info, answers) -> dict[str, str]:
+        """The answer cells as the release hands them out (the skeleton every student starts from)."""
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if coursedir is None:
+            return {}
+        folder = coursedir.format_path(coursedir.release_directory, ".", info["assignment"])
+        return read_answers(Path(folder) / f"{info['notebook']}.ipynb", answers)
 
     def _timeout(self) -> int:
         return self.cell_timeout or int(self.config.Execute.get("timeout", 30) or 30)

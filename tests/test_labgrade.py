@@ -390,6 +390,13 @@ def test_honest_work_of_ones_own_is_not_called_a_copy():
         "            best = number\n"
         "    return best\n")}
     assert copied.review(own) == ([], [])
+    # the release's skeleton, which every student starts from, is nobody's copy (here: of a classmate's skeleton)
+    release = json.loads((ROOT / "labs" / "student" / "lab1_best_fit" / "lab1_best_fit.ipynb").read_text())
+    stubs = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in release["cells"]
+             if c["metadata"].get("nbgrader", {}).get("solution")}
+    assert copied.review(stubs, {"bob": stubs}, boilerplate=stubs) == ([], [])
+    _, copies = copied.review(lab_answers("lab1_best_fit"), {"bob": lab_answers("lab1_best_fit")}, boilerplate=stubs)
+    assert [c for c in copies if c.where.startswith("student 'bob'")]  # the work beyond the skeleton still counts
 
 
 def test_every_scored_lab_has_a_check_for_each_graded_cell():

@@ -58,7 +58,8 @@ def raised(value):
 # The names of exceptions and types a verdict may say: Python's own, the simulated device's and minialloc's. Any
 # other name is the student's (a class of their own can be called anything) and is never copied into a verdict.
 KNOWN_NAMES = frozenset(name for name in dir(builtins) if isinstance(getattr(builtins, name), type)) | {
-    "Withheld", "CellTimeoutError", "DeviceOutOfMemory", "DeviceError", "OutOfMemoryError",  # the device, the OOM
+    "Withheld", "CellTimeoutError", "NotRun", "DeadKernelError", "OutputTooLarge",  # the grader's own
+    "DeviceOutOfMemory", "DeviceError", "OutOfMemoryError",  # the device, the OOM
     "OutOfBlocksError", "PagingError", "RequestTooLongError", "UnknownSequenceError", "FinishedSequenceError",
     "SwappedSequenceError", "InvalidPointerError", "ConfigError"}  # what minialloc's references raise
 
