@@ -28,6 +28,7 @@ from grading.preprocessors import (
     GuardedExecute,
     HideTestTracebacks,
     InertOutputs,
+    KernelOutputsWithheld,
     RedactHiddenTests,
     RestoringOverwriteCells,
     ScanForKeys,
@@ -83,6 +84,9 @@ c.ExchangeCollect.check_owner = True
 c.Autograde.max_notebook_bytes = 10_000_000
 # and one whose markdown cells hold more than 200 000 characters (rendering them takes time in proportion)
 c.Autograde.max_markdown_chars = 200_000
+# and one with a code cell of more than 50 000 characters (the largest answer of the labs' solutions is 3 500);
+# the refusal names the cell
+c.Autograde.max_code_cell_chars = 50_000
 
 # === autograde ===================================================================================================
 # time: each cell gets 30 s, then the kernel is interrupted and that cell fails; a kernel still busy 5 s after
@@ -126,8 +130,11 @@ c.GenerateFeedback.notebook_timeout = 120
 # printed by the student's code), no active
 # content in any output (again: a notebook autograded before InertOutputs was added), and no private-key
 # material: the issuer key's default place is checked, add yours
-c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks, InertOutputs,
-                                    ScanForKeys, "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+# no output of the kernel's at all (it ran the hidden tests: any output can carry them, in any encoding), only the
+# grader's verdicts
+c.GenerateFeedback.preprocessors = [GetGrades, RedactHiddenTests, ClearHiddenTests, HideTestTracebacks,
+                                    KernelOutputsWithheld, InertOutputs, ScanForKeys,
+                                    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 # what is left is cleaned where it is rendered, by an allow-list sanitizer (nh3: grading/sanitize.py):
 # nbgrader's feedback template renders markdown cells with the `markdown2html` filter and no cleaning, and HTML
 # outputs with `clean_html` when sanitize_html is on; both filters are replaced by sanitizing ones. The formgrader

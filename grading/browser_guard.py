@@ -1,7 +1,7 @@
 """A Jupyter Server extension for the JupyterLab that grades: nbgrader's formgrader runs none of the students' script.
 
 `make grade` and `make grade-quiz` load it (`--ServerApp.jpserver_extensions=grading.browser_guard=True`).
-It does three things, each independent of the others:
+It does four things, each independent of the others:
 
 1. A Content-Security-Policy on every response under `formgrader/`, `files/` and `nbconvert/`. The formgrader's
    own pages (its templates hold inline scripts and onclick handlers) get a policy that allows script tags carrying
@@ -17,16 +17,21 @@ It does three things, each independent of the others:
 3. The formgrader's notebook page (formgrade): the student id, names and the notebook's and assignment's names are
    escaped before nbgrader's template prints them raw, and markdown cells and HTML outputs go through the
    allow-list sanitizer (grading/sanitize.py), as the feedback does.
+4. That page is rendered off the server's event loop, one at a time, within RENDER_TIMEOUT_S
+   (guard_submission_page): other requests are answered while a big notebook renders.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import hashlib
 import os
 import re
 import secrets
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from jinja2 import BaseLoader, Environment, FileSystemLoader
 from tornado.ioloop import IOLoop
@@ -147,6 +152,72 @@ def guard_formgrader(settings: dict) -> bool:
     return True
 
 
+# The formgrader's notebook page is rendered (nbconvert, Pygments highlighting every code cell) off the server's
+# event loop, one page at a time, within RENDER_TIMEOUT_S: nbgrader renders it inside the request handler, in the
+# loop every request of that JupyterLab waits on (1.5 MB of `x = 1` in a code cell held every request 260 s).
+RENDER_TIMEOUT_S = 60.0
+_render_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="formgrade-render")
+
+
+async def render_off_the_loop(exporter, filename: str, resources: dict, timeout: float = RENDER_TIMEOUT_S) -> str:
+    """The page `exporter.from_filename` makes, rendered in the render thread; TimeoutError past `timeout` (the
+    thread finishes that page in the background; the next page waits for it)."""
+    loop = asyncio.get_running_loop()
+    job = loop.run_in_executor(_render_pool, functools.partial(exporter.from_filename, filename, resources=resources))
+    html, _ = await asyncio.wait_for(job, timeout)
+    return html
+
+
+def guard_submission_page() -> None:
+    """nbgrader's formgrade page handler (SubmissionHandler.get), with the rendering off the event loop."""
+    from nbgrader.server_extensions.formgrader import handlers
+    from nbgrader.server_extensions.formgrader.base import check_notebook_dir, check_xsrf
+    from tornado import web
+
+    if getattr(handlers.SubmissionHandler.get, "off_the_loop", False):
+        return
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    async def get(self, submission_id):  # nbgrader 0.9.6's SubmissionHandler.get, the exporter call awaited
+        try:
+            submission = self.gradebook.find_submission_notebook_by_id(submission_id)
+            assignment_id = submission.assignment.assignment.name
+            notebook_id = submission.notebook.name
+            student_id = submission.student.id
+        except handlers.MissingEntry:
+            raise web.HTTPError(404, "Invalid submission") from None
+        if os.path.split(self.request.path)[1] == submission_id:
+            url = self.request.path + "/" + ("?" + self.request.query if self.request.query else "")
+            return self.redirect(url, permanent=True)
+        filename = os.path.join(os.path.abspath(self.coursedir.format_path(
+            self.coursedir.autograded_directory, student_id, assignment_id)), f"{notebook_id}.ipynb")
+        relative_path = os.path.relpath(filename, self.coursedir.root)
+        indices = self.api.get_notebook_submission_indices(assignment_id, notebook_id)
+        resources = {
+            "assignment_id": assignment_id, "notebook_id": notebook_id, "submission_id": submission.id,
+            "index": indices.get(submission.id, -2), "total": len(indices), "base_url": self.base_url,
+            "student": student_id, "last_name": submission.student.last_name,
+            "first_name": submission.student.first_name, "notebook_path": self.url_prefix + "/" + relative_path,
+        }
+        if not os.path.exists(filename):
+            resources["filename"] = filename
+            html = self.render("formgrade_404.tpl", resources=resources)
+            self.clear()
+            self.set_status(404)
+            self.write(html)
+            return
+        try:
+            html = await render_off_the_loop(self.exporter, filename, resources)
+        except TimeoutError:
+            raise web.HTTPError(503, f"this notebook took more than {RENDER_TIMEOUT_S:g} s to render") from None
+        self.write(html)
+
+    get.off_the_loop = True
+    handlers.SubmissionHandler.get = get
+
+
 def template_sources() -> list[str]:
     """The source of every formgrader template (where the inline handlers are)."""
     from nbgrader.server_extensions.formgrader.handlers import template_path
@@ -175,5 +246,6 @@ def _load_jupyter_server_extension(serverapp) -> None:
             serverapp.log.error("browser_guard: nbgrader's formgrader is not loaded; its pages are not escaped")
 
     guard_formgrader(webapp.settings)
+    guard_submission_page()
     IOLoop.current().add_callback(guard)
     serverapp.log.info("browser_guard: Content-Security-Policy on formgrader/, files/ and nbconvert/")

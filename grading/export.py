@@ -5,7 +5,8 @@ writes a row of its own, and an id or name starting with `=` (or +, -, @, a tab,
 when the file is opened in a spreadsheet. SafeCsvExportPlugin writes the same columns and rows as nbgrader's
 plugin (its export(), mirrored), through Python's csv module with every field quoted, and a text field that
 starts with a formula prefix gets a leading apostrophe (OWASP's "CSV injection" advice), so a spreadsheet shows
-it as text. nbgrader_config.py sets it as `c.ExportApp.plugin_class`.
+it as text; a control character in a field is written as its escape (grading/escape.py). nbgrader_config.py
+sets it as `c.ExportApp.plugin_class`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import csv
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins.export import ExportPlugin
+
+from .escape import escaped
 
 COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email", "raw_score",
            "late_submission_penalty", "score", "max_score")
@@ -27,12 +30,12 @@ def inert_field(value: object) -> str:
         return ""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    text = str(value)
+    text = escaped(value)  # a control character shown as an escape (grading/escape.py), never written
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
 
 
 class SafeCsvExportPlugin(ExportPlugin):
-    """nbgrader's CsvExportPlugin, quoted and formula-free (see the module's docstring)."""
+    """nbgrader's CsvExportPlugin, quoted and formula-free, control characters escaped (see the module's docstring)."""
 
     def export(self, gradebook: Gradebook) -> None:
         dest = self.to or "grades.csv"

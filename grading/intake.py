@@ -169,9 +169,33 @@ def markdown_chars(notebook: str) -> int:
     return sum(len("".join(map(str, s))) if isinstance(s, list) else len(str(s)) for s in sources)
 
 
+def largest_code_cell(notebook: str) -> tuple[int, str]:
+    """(characters, how to name it) of the largest code cell of the notebook file `notebook`; (0, "") if it is not
+    a notebook. The name is the cell's grade id, else its id, else its number, as ascii() writes it."""
+    try:
+        with open(notebook, "rb") as handle:
+            cells = json.load(handle).get("cells", [])
+    except (ValueError, AttributeError, OSError):
+        return 0, ""
+    largest, name = 0, ""
+    for number, cell in enumerate(cells if isinstance(cells, list) else []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        chars = len("".join(map(str, source))) if isinstance(source, list) else len(str(source))
+        if chars > largest:
+            meta = cell.get("metadata", {})
+            grade_id = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta, dict) and \
+                isinstance(meta.get("nbgrader"), dict) else None
+            label = grade_id or cell.get("id") or ""
+            largest, name = chars, f"{ascii(str(label))} (cell {number + 1})" if label else f"cell {number + 1}"
+    return largest, name
+
+
 class CheckedAutograde(Autograde):
-    """nbgrader's Autograde that refuses, per student, an unsafe id, a folder holding links or special files, or
-    a notebook larger than max_notebook_bytes.
+    """nbgrader's Autograde that refuses, per student, an unsafe id, a folder holding links or special files, a
+    notebook larger than max_notebook_bytes, one whose markdown holds more than max_markdown_chars, or one with a
+    code cell larger than max_code_cell_chars (the refusal names the cell).
 
     The check runs first in init_destination (before nbgrader reads the submission's timestamp.txt, copies its
     files or opens its notebooks) and again in init_assignment; SubmissionRefused is an ordinary exception, so
@@ -188,6 +212,12 @@ class CheckedAutograde(Autograde):
         200_000, help=("A submitted notebook whose markdown cells hold more characters than this is refused: "
                        "rendering markdown (the grader's check, the feedback) takes time in proportion, about 9 s "
                        "per 200 000 characters of the worst text tried (0: no limit).")
+    ).tag(config=True)
+
+    max_code_cell_chars = Integer(
+        50_000, help=("A submitted notebook with a code cell of more characters than this is refused, naming the "
+                      "cell: the formgrader highlights a code cell's text in the server's event loop, in time that "
+                      "grows with it (1.5 MB of `x = 1` held every request for 260 s), 0: no limit.")
     ).tag(config=True)
 
     def _check(self, assignment_id: str, student_id: str) -> None:
@@ -209,6 +239,11 @@ class CheckedAutograde(Autograde):
                     f"submission {ascii(submitted)} refused: the markdown cells of {ascii(entry.name)} hold {chars} "
                     f"characters, more than Autograde.max_markdown_chars ({self.max_markdown_chars}); nothing of it "
                     "was graded")
+            if self.max_code_cell_chars and (found := largest_code_cell(entry.path))[0] > self.max_code_cell_chars:
+                raise SubmissionRefused(
+                    f"submission {ascii(submitted)} refused: code cell {found[1]} of {ascii(entry.name)} holds "
+                    f"{found[0]} characters, more than Autograde.max_code_cell_chars ({self.max_code_cell_chars}); "
+                    "nothing of it was graded")
 
     def init_destination(self, assignment_id: str, student_id: str) -> bool:
         self._check(assignment_id, student_id)
@@ -350,14 +385,17 @@ _api_class = None
 def install() -> None:
     """Make nbgrader's autograde and generate_feedback (the commands and NbGraderAPI, the formgrader's too) use
     CheckedAutograde and grading.feedback's TimedGenerateFeedback, and the formgrader (when it is the one
-    loading this configuration) use the API of checked_api_class()."""
+    loading this configuration) use the API of checked_api_class(); and escape every log record of the process
+(grading/escape.py)."""
     import sys
 
     from nbgrader.apps import api, autogradeapp, generatefeedbackapp
     from nbgrader.converters.generate_feedback import GenerateFeedback
 
+    from grading.escape import install_log_escaper
     from grading.feedback import TimedGenerateFeedback
 
+    install_log_escaper()  # every log line of the grader's process: no student's control character sent raw
     global _api_class
     for modules, name, upstream, ours in (((api, autogradeapp), "Autograde", Autograde, CheckedAutograde),
                                           ((api, generatefeedbackapp), "GenerateFeedback", GenerateFeedback,

@@ -9,15 +9,20 @@ feedback. Then, for a lab listed in grading/labspecs, this preprocessor
    sizes) and returns plain data; minialloc's implementation is withheld in that process;
 3. compares the data with references computed here with minialloc, and replaces each graded test cell's outputs
    with the verdict, in the form SaveAutoGrades reads (all or nothing per cell);
-4. looks at the answer cells for copied or delegated work (grading/copied.py): the reasons go to
-   `resources["grader_review"]`, which FlagForReview turns into "needs manual grade".
+4. looks at the answer cells for copied or delegated work (grading/copied.py: minialloc, the public solutions and
+   every other submission of the batch): the reasons go to `resources["grader_review"]`, which FlagForReview
+   turns into "needs manual grade", and the copies' evidence (both passages) to the notebook's metadata
+   (`grader_copies`); and flags each test whose verdict in the student's kernel and in the grader differ.
 Nothing the notebook did in its own kernel reaches a score.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import random
 import secrets
+from pathlib import Path
 
 from IPython.core.inputtransformer2 import TransformerManager
 from nbformat.v4 import new_output
@@ -27,8 +32,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
 from . import labspecs
-from .copied import copied_work
+from .copied import read_answers, review
 from .labrun import Step, run_steps
+from .labspecs.probe_common import known_name
 
 DELEGATION = ("your code runs minialloc's own implementation, which is withheld when labs are graded: write it")
 
@@ -51,40 +57,70 @@ class LabGrade(NbGraderPreprocessor):
         seed = secrets.randbits(48)
         rng = random.Random(seed)
         nb.metadata["grader_lab_seed"] = seed  # the draw, kept with the graded notebook for the record
-        steps, answers, tests = self._program(nb, info, spec, rng)
+        steps, answers, tests, references = self._program(nb, info, spec, rng)
         run = run_steps(steps, labspecs.probes_source(info["assignment"]), cell_timeout=self._timeout(),
                         grace=self._grace(), total_timeout=self.total_timeout, memory_bytes=self.memory_bytes,
                         sandbox=bool(self.config.GuardedExecute.get("sandbox", True)))
         if run.stopped:
-            self.log.warning("Lab answers of %s: %s", info["student"], run.stopped)
+            self.log.warning("Lab answers of %s: %s", ascii(info["student"]), run.stopped)
         kernel = {}  # what the student's kernel said of each test cell: the instructor compares, nothing scores it
+        reasons = []
         for index, cell in tests:
             outcome = run.outcomes[index]
             grade_id = cell.metadata["nbgrader"]["grade_id"]
             failed = [o.get("ename", "Error") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            kernel[grade_id] = f"failed ({failed[0]})" if failed else "passed"
-            if outcome.error is not None:
-                problem = f"{outcome.error}"
+            kernel[grade_id] = f"failed ({known_name(failed[0])})" if failed else "passed"
+            if outcome.error is not None:  # the grader's own words (labrun.FAILURES), never the report's text
+                problem = outcome.error
                 ename = "CellTimeoutError" if outcome.error.startswith("CellTimeoutError") else "AssertionError"
             elif not outcome.ran:
                 problem, ename = f"not run: {run.stopped or 'the grading program ended before this test'}", "NotRun"
             else:
                 try:
-                    problem = spec.check(grade_id, steps[index].args, outcome.result)
+                    problem = spec.check(grade_id, references[index], outcome.result)
                 except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
                     problem = f"the answer's data could not be read ({type(error).__name__})"
                 ename = "AssertionError"
             if problem and "Withheld" in problem:
                 problem = f"{problem}: {DELEGATION}"
             cell.outputs = verdict(problem, ename)
-            if kernel[grade_id] == "passed" and problem:
-                self.log.warning("%s passed in the kernel of %s but not in the grader's checks", grade_id,
-                                 info["student"])
+            # both kinds of mismatch go to the instructor: an answer that behaves one way when its kernel runs the
+            # tests and another when the grader probes it is worth a look, whichever way round
+            if failed and not problem:
+                reasons.append(f"{grade_id}: failed in the student's kernel ({known_name(failed[0])}) but passed "
+                               "the grader's checks")
+            elif not failed and problem:
+                reasons.append(f"{grade_id}: passed in the student's kernel but failed the grader's checks")
         nb.metadata["grader_kernel_tests"] = kernel
-        reasons = copied_work(answers)
+        found, copies = review(answers, self._others(info, answers), self._release(info, answers))
+        reasons += found + [c.reason for c in copies]
+        if copies:  # the evidence, both passages as written, for the instructor to compare side by side
+            nb.metadata["grader_copies"] = [c.as_json() for c in copies]
         if reasons:
             resources.setdefault("grader_review", []).extend(reasons)
         return nb, resources
+
+    def _others(self, info, answers) -> dict[str, dict[str, str]]:
+        """The answer cells of every other submission of this assignment in the course (collusion), read from the
+        submitted folders without following links (copied.read_answers)."""
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if coursedir is None:
+            return {}
+        pattern = coursedir.format_path(coursedir.submitted_directory, "*", info["assignment"])
+        others = {}
+        for folder in sorted(glob.glob(pattern)):
+            student = os.path.basename(os.path.dirname(folder))
+            if student != info["student"]:
+                others[student] = read_answers(Path(folder) / f"{info['notebook']}.ipynb", answers)
+        return others
+
+    def _release(self, info, answers) -> dict[str, str]:
+        """The answer cells as the release hands them out (the skeleton every student starts from)."""
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if coursedir is None:
+            return {}
+        folder = coursedir.format_path(coursedir.release_directory, ".", info["assignment"])
+        return read_answers(Path(folder) / f"{info['notebook']}.ipynb", answers)
 
     def _timeout(self) -> int:
         return self.cell_timeout or int(self.config.Execute.get("timeout", 30) or 30)
@@ -97,6 +133,7 @@ class LabGrade(NbGraderPreprocessor):
         steps: list[Step] = []
         answers: dict[str, str] = {}
         tests = []
+        references: dict[int, dict] = {}  # a test step's whole inputs, the check's (the probe gets probe_args)
         transform = TransformerManager().transform_cell
         with Gradebook(info["db_url"]) as gb:
             for cell in nb.cells:
@@ -108,7 +145,8 @@ class LabGrade(NbGraderPreprocessor):
                     if grade_id not in spec.GRADED:
                         raise ValueError(f"{info['assignment']}: no grader-side check for test cell {grade_id!r}")
                     tests.append((len(steps), cell))
-                    steps.append(Step(grade_id, probe=grade_id, args=spec.inputs(grade_id, rng)))
+                    references[len(steps)] = args = spec.inputs(grade_id, rng)
+                    steps.append(Step(grade_id, probe=grade_id, args=labspecs.probe_args(spec, args)))
                 elif nbgrader_utils.is_solution(cell):
                     answers[grade_id] = cell.source
                     steps.append(Step(grade_id, source=_python(transform, cell.source)))
@@ -121,7 +159,7 @@ class LabGrade(NbGraderPreprocessor):
         missing = set(spec.GRADED) - {c.metadata["nbgrader"]["grade_id"] for _, c in tests}
         if missing:
             self.log.warning("Test cells missing from the notebook: %s", ", ".join(sorted(missing)))
-        return steps, answers, tests
+        return steps, answers, tests, references
 
 
 def _python(transform, source: str) -> str:

@@ -1,14 +1,21 @@
 """Run a lab's answers in a fresh sandboxed process and read back what its probes return, as data.
 
-`run_steps` starts grading/labdriver.py under the bubblewrap policy of grading.sandbox (no network,
-its own pid namespace, the memory and process limits, nothing of the grader's files), with:
+`run_steps` is the one side of the grader that runs student code, and its interface is narrow: steps and a
+probe file go in, and what comes back is, for each step, whether it ended in the grader's time, the probe's data
+(to be checked by the caller, in the grader's process, against references the sandbox never sees) or the
+grader's own words for how it failed. It starts grading/labdriver.py under the bubblewrap policy of
+grading.sandbox (no network, its own pid namespace, the memory and process limits, nothing of the grader's files;
+the policy passed in a memfd, `bwrap --args FD`, as for the kernels), with:
 - a grading copy of minialloc (`grading_package`): the simulated device, sizes and workloads, which the labs'
   answers legitimately use; every other public name (CachingAllocator, ExpandableSegment, BlockManager, the OOM
   report...) is a placeholder that raises `Withheld` when used, and their modules are not there to read or exec;
-- the steps (cells and probes) in a JSON file, and a pipe on which the driver writes one JSON object a line.
+- the driver and its input (the steps and the probes: inputs only, no expected value) as the script on its
+  standard input, and its standard output a pipe on which it reports one JSON object a line; its arguments are
+  `python -I -`, its environment the kernel's (probe_env).
 
-The grader enforces the limits from outside as well: a step that runs past its timeout plus the grace is killed
-with the whole sandbox, and so is a program past `total_timeout` or one that sends more than `max_bytes`.
+The grader enforces the limits from outside: a step that has not ended `cell_timeout + grace` (+2) seconds after
+the step before it is killed with the whole sandbox, and so is a program past `total_timeout` or one that sends
+more than `max_bytes`. Reports are parsed strictly (labrun._follow) and never shown: see FAILURES.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import secrets
 import select
 import shutil
 import signal
@@ -27,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
 
+from .labspecs.probe_common import known_name
 from .privacy import scratch_root
-from .sandbox import Policy
+from .sandbox import PASS_ENV, Policy, with_args_fd
 
 DRIVER = Path(__file__).with_name("labdriver.py")
 MINIALLOC = Path(importlib.util.find_spec("minialloc").submodule_search_locations[0])  # the grader's own copy
@@ -115,9 +125,22 @@ class Step:
         return {"kind": "probe", "name": self.name, "probe": self.probe, "args": self.args}
 
 
+# What a step's failure is called in a verdict: the grader's words, chosen by a kind the driver names. A report is
+# untrusted data (the student's code can write on the channel): nothing of its text but a known name is used.
+FAILURES = {
+    "raised": "the answer raised {name}",
+    "interrupted": "CellTimeoutError: interrupted after the cell's time limit",
+    "missing": "{name} is not defined",
+    "unplain": "the probe's result is not plain data",
+}
+TIMED_OUT = "CellTimeoutError: the step ran past the grader's time limit; the grader ended the program"
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,59}")
+
+
 @dataclass
 class Outcome:
-    """What happened to one step: `ran` (its end was reported), `result` (a probe's data) or `error` (a message)."""
+    """What happened to one step: `ran` (its end was reported), `result` (a probe's data) or `error` (the
+    grader's words for how it failed)."""
 
     ran: bool = False
     result: object = None
@@ -132,11 +155,33 @@ class Run:
     done: bool = False  # the driver reported that every step ran
 
 
+def probe_env() -> dict[str, str]:
+    """The environment of the grading program: the same variables a sandboxed kernel gets from the grader
+    (grading.sandbox.PASS_ENV), so that nothing in it tells a probe run from a kernel run."""
+    passed = {name: os.environ[name] for name in PASS_ENV if name in os.environ}
+    return {"MINIALLOC_DEVICE": "sim", "MPLBACKEND": "Agg", **passed}
+
+
+def kernel_argv() -> tuple[list[str], list[str]]:
+    """(sys.argv, sys.orig_argv) as a sandboxed kernel that autograde starts has them (nbclient's
+    `python -m ipykernel_launcher -f <connection file> --HistoryManager.hist_file=:memory:`, the file in a fresh
+    folder of grading.sandbox's), for the grading program: an answer that reads them sees a kernel's."""
+    spec = importlib.util.find_spec("ipykernel_launcher")
+    launcher = spec.origin if spec is not None and spec.origin else "ipykernel_launcher.py"
+    connection = os.path.join(tempfile.gettempdir(), f"minialloc-sandbox-{secrets.token_hex(4)}", "conn",
+                              "kernel.json")
+    rest = ["-f", connection, "--HistoryManager.hist_file=:memory:"]
+    return [launcher, *rest], [sys.executable, "-m", "ipykernel_launcher", *rest]
+
+
 def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float, grace: float,
               total_timeout: float, max_bytes: int = 8 * 1024**2, memory_bytes: int = 3 * 1024**3,
               uid_base: int = 300_000, sandbox: bool = True) -> Run:
     """Run the steps in one fresh sandboxed process; the outcome of each, in order.
 
+    Each step has `cell_timeout + grace` seconds of the grader's clock from the moment the step before it ended
+    (the first from the start); the whole program `total_timeout`. No report extends either: a step that has not
+    ended in time is the step that timed out, the program is killed, and every step after it did not run.
     `sandbox=False` (autograde already confined, GuardedExecute.sandbox off) runs the process unconfined: the
     grading copy of minialloc still comes first on its path, but the rest of the machine is readable to it.
     """
@@ -145,26 +190,36 @@ def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float,
     try:
         os.chmod(scratch, 0o755)
         packages = grading_package(scratch / "packages")
-        shutil.copyfile(DRIVER, scratch / "labdriver.py")
-        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout, "grace": grace,
-                "steps": [s.as_json() for s in steps]}
-        (scratch / "input.json").write_text(json.dumps(spec), encoding="utf-8")
         for folder, dirs, files in os.walk(scratch):  # readable by the sandbox's own user id, writable by none
             for name in dirs:
                 os.chmod(os.path.join(folder, name), 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
+        spec = {"packages": str(packages), "probes": probes_source, "cell_timeout": cell_timeout,
+                "steps": [s.as_json() for s in steps]}
+        spec["argv"], spec["orig_argv"] = kernel_argv()
+        script = DRIVER.read_text(encoding="utf-8") + f"\n\nmain({json.dumps(spec)!r})\n"
         uid = uid_base + os.getpid() % 50_000 if os.geteuid() == 0 else -1
         policy = Policy.default(packages=(), extra_read_only=[scratch], memory_bytes=memory_bytes)
+        argv = [sys.executable, "-I", "-"]
+        env = probe_env()
+        args_fd = None
+        if sandbox:  # the policy in a memfd, as for the kernels: /proc/1/cmdline shows no host path
+            command, args_fd = with_args_fd(policy.command(argv, workdir=scratch, env=env, uid=uid))
+        else:
+            command = argv
         read_end, write_end = os.pipe()
-        argv = [sys.executable, "-I", str(scratch / "labdriver.py"), str(scratch / "input.json"), str(write_end)]
-        env = {"PYTHONHASHSEED": "0", "MINIALLOC_DEVICE": "sim", "MPLBACKEND": "Agg"}
-        with tempfile.TemporaryFile() as errors:
-            command = policy.command(argv, workdir=scratch, env=env, uid=uid) if sandbox else argv
-            proc = subprocess.Popen(command, cwd=scratch, env=None if sandbox else {**env, "PATH": os.defpath},
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-                                    pass_fds=(write_end,), start_new_session=True)
-            os.close(write_end)
+        with tempfile.TemporaryFile() as errors, tempfile.TemporaryFile() as source:
+            source.write(script.encode("utf-8"))
+            source.seek(0)
+            try:
+                proc = subprocess.Popen(command, cwd=scratch, env={"PATH": os.defpath} if sandbox else
+                                        {**env, "PATH": os.defpath}, stdin=source, stdout=write_end, stderr=errors,
+                                        pass_fds=() if args_fd is None else (args_fd,), start_new_session=True)
+            finally:
+                os.close(write_end)
+                if args_fd is not None:
+                    os.close(args_fd)
             try:
                 _follow(proc, read_end, run, cell_timeout + grace + 2, total_timeout, max_bytes)
             finally:
@@ -179,18 +234,24 @@ def run_steps(steps: Sequence[Step], probes_source: str, *, cell_timeout: float,
 
 def _follow(proc: subprocess.Popen, fd: int, run: Run, step_limit: float, total_timeout: float,
             max_bytes: int) -> None:
-    """Read the driver's messages until it is done, dies, or passes a limit."""
+    """Read the driver's reports until it is done, dies, or passes a limit (the grader's clock, see run_steps).
+
+    A report is accepted only for the step the grader waits for, in order, and only in the driver's exact form;
+    every other line is ignored. The student's code can forge a well-formed report for that step: it then ends
+    that step early (never later), with data the grader checks as it checks the probe's own."""
     start = monotonic()
-    step_deadline = start + step_limit  # the interpreter's own start counts as a step
+    step_deadline = start + step_limit  # the interpreter's own start counts as part of the first step
+    current = 0  # the step the grader waits for
     received, buffer = 0, b""
     while True:
         now = monotonic()
-        deadline = min(step_deadline, start + total_timeout)
-        if now >= deadline:
+        if now >= start + total_timeout or now >= step_deadline:
+            if current < len(run.outcomes):
+                run.outcomes[current].error = TIMED_OUT
             run.stopped = "the program ran past the grader's time limit" if now >= start + total_timeout else \
-                "a step ignored its interrupt; the grader ended the program"
+                "a step ran past the grader's time limit (its interrupt ignored); the grader ended the program"
             return
-        ready, _, _ = select.select([fd], [], [], deadline - now)
+        ready, _, _ = select.select([fd], [], [], min(step_deadline, start + total_timeout) - now)
         if not ready:
             continue
         chunk = os.read(fd, 65536)
@@ -205,32 +266,47 @@ def _follow(proc: subprocess.Popen, fd: int, run: Run, step_limit: float, total_
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # not the driver's: the student's code wrote to the channel
-            if not isinstance(message, dict):
+            report = _report(line)
+            if report is None:
                 continue
-            if message.get("event") == "done":
-                run.done = True
+            if report.get("done") is True and len(report) == 1:
+                run.done = current == len(run.outcomes)
+                if not run.done:
+                    run.stopped = "the program ended before every step ran"
                 return
-            index = message.get("step")
-            if type(index) is not int or not 0 <= index < len(run.outcomes):
+            if report.get("step") != current or current >= len(run.outcomes):
+                continue  # not the step the grader waits for: a forged or a late line
+            outcome = run.outcomes[current]
+            if set(report) == {"step"}:  # a cell ran to its end
+                pass
+            elif set(report) == {"step", "result"}:
+                outcome.result = report["result"]
+            elif set(report) == {"step", "failed", "type"} and report["failed"] in FAILURES \
+                    and type(report["type"]) is str:
+                name = report["type"]
+                if report["failed"] == "missing":
+                    name = repr(name) if IDENTIFIER.fullmatch(name) else "a name the probe needs"
+                else:
+                    name = known_name(name)
+                outcome.error = FAILURES[report["failed"]].format(name=name)
+            else:
                 continue
-            outcome = run.outcomes[index]
-            if outcome.ran:
-                continue  # the first report of a step counts
-            event = message.get("event")
-            if event == "start":
-                step_deadline = monotonic() + step_limit
-            elif event == "end":
-                outcome.ran = True
-                outcome.result = message.get("result")
-                error = message.get("error")
-                outcome.error = str(error)[:300] if error is not None else None
-            elif event == "killed":
-                outcome.error = "CellTimeoutError: the cell ignored the interrupt after its timeout"
-                run.stopped = "a cell ignored the interrupt after its timeout; the program was ended"
+            outcome.ran = True
+            current += 1
+            step_deadline = monotonic() + step_limit
+
+
+def _report(line: bytes) -> dict | None:
+    """A line as the driver writes it (a JSON object with an int step), else None."""
+    try:
+        report = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(report, dict):
+        return None
+    if "step" in report and type(report["step"]) is not int:
+        return None
+    return report
 
 
 def _kill(proc: subprocess.Popen) -> None:

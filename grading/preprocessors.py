@@ -10,8 +10,8 @@ sandboxed kernel, per-cell timeouts, dead kernels, capped output; a test cell th
 InertOutputs (no active content in any output or markdown cell), LimitOutput, QuizGrade (the graded quiz only:
 scores computed here from the submission's plain answers), ErrorsFailTests, SaveAutoGrades, FlagForReview.
 Feedback: RedactHiddenTests (no output quotes a hidden test), HideTestTracebacks (test cells show pass/fail and
-their error's message only), InertOutputs again, ScanForKeys (no private-key material). Before any of it, the
-submission folder is checked (grading/intake.py).
+the grader's message only), KernelOutputsWithheld (no other output of the kernel's), InertOutputs again,
+ScanForKeys (no private-key material). Before any of it, the submission folder is checked (grading/intake.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Integer, List, Unicode
 
+from .labspecs.probe_common import KNOWN_NAMES
 from .sandbox import SandboxKernelManager
 
 
@@ -542,13 +543,27 @@ class HideTestTracebacks(Preprocessor):
         False, help="Keep the stream and display outputs of test cells (only when the grader wrote them all)."
     ).tag(config=True)
 
+    def preprocess(self, nb, resources):
+        from .labspecs import spec_for
+
+        assignment = (resources or {}).get("nbgrader", {}).get("assignment", "")
+        # LabGrade (a scored lab) and QuizGrade (keep_test_output) wrote every test cell's outputs themselves
+        self._grader_wrote = self.keep_test_output or (bool(assignment) and spec_for(assignment) is not None)
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, index):
         if is_test_cell(cell):
             kept, dropped = [], 0
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error":
-                    message = output.get("evalue") or "a hidden test failed"
-                    output["traceback"] = [f"{output.get('ename', 'Error')}: {message}"]
+                    if getattr(self, "_grader_wrote", False):
+                        ename, message = output.get("ename", "Error"), output.get("evalue") or "a test failed"
+                    else:  # the kernel's: its message can be the student's (an answer raising with any text)
+                        name = output.get("ename")
+                        ename = name if type(name) is str and name in KNOWN_NAMES else "Error"
+                        message = "this test failed"
+                        output["ename"], output["evalue"] = ename, message
+                    output["traceback"] = [f"{ename}: {message}"]
                     kept.append(output)
                 elif self.keep_test_output:
                     kept.append(output)
@@ -558,6 +573,26 @@ class HideTestTracebacks(Preprocessor):
                 kept.insert(0, new_output("stream", name="stdout", text=(
                     "[the grader does not show what a test cell printed or displayed]\n")))
             cell.outputs = kept
+        return cell, resources
+
+
+class KernelOutputsWithheld(Preprocessor):
+    """Feedback: no output the student's kernel made leaves in it, only the grader's words.
+
+    The kernel ran the hidden tests, so any output of any cell can carry them, in any encoding (a cell of the
+    student's that prints them base64-encoded, reversed or compressed, a thread that prints later, an answer that
+    raises with them as its message): no pattern recognises every encoding. So the feedback keeps the source of
+    the student's own cells, and of the test cells only what HideTestTracebacks keeps (the grader's verdicts);
+    every other output is replaced by one note per cell. The student's outputs are in their own notebook; the
+    instructor sees everything in the autograded notebook. A test cell's outputs are HideTestTracebacks' to trim.
+    """
+
+    enabled = Bool(True)
+    note = "[the grader does not show in feedback what the notebook printed or displayed]\n"
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("cell_type") == "code" and not is_test_cell(cell) and cell.get("outputs"):
+            cell.outputs = [new_output("stream", name="stdout", text=self.note)]
         return cell, resources
 
 
@@ -629,7 +664,7 @@ class InertOutputs(Preprocessor):
     comment) becomes a code block of its text, after a note, so the instructor sees what was written. This is a
     first line: the feedback and the formgrader render every markdown cell through the allow-list sanitizer of
     grading/sanitize.py whatever this decided. What was removed goes to the notebook's metadata
-    (`grader_inert`).
+    (`grader_inert`). The instructor's own markdown cells (instructor_markdown) are left as written.
     """
 
     enabled = Bool(True)
@@ -653,7 +688,10 @@ class InertOutputs(Preprocessor):
                             k in ("image/png", "image/jpeg") and _base64(v) for k, v in bundle.items()):
                         del attachments[name]
                         removed.append(f"{where}: attachment {ascii(name)}")
+        instructors = instructor_markdown(self, resources)
         for cell in nb.cells:
+            if cell.get("cell_type") == "markdown" and _text(cell.get("source", "")) in instructors:
+                continue  # the instructor's own text, as written in the course's source notebook
             if cell.get("cell_type") == "markdown" and (why := markdown_activity(cell.get("source", ""),
                                                                                  cell.get("attachments"))):
                 where = cell_name(cell)
@@ -678,6 +716,31 @@ class InertOutputs(Preprocessor):
             note = f"[the grader removed this output's {', '.join(ascii(k) for k in gone)}]"
             data["text/plain"] = f"{plain}\n{note}" if plain else note
         return gone
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def instructor_markdown(preprocessor, resources) -> set[str]:
+    """The texts of the markdown cells of the instructor's source notebook of this assignment (empty when the
+    course directory or the notebook cannot be found: then every markdown cell is checked as a student's).
+
+    Only the student's cells are made inert: a cell whose text is exactly one of the instructor's (a locked cell
+    restored from the gradebook, the lab's introduction, the quiz's prompts) renders as the instructor wrote it. A
+    student who copies an instructor's cell unchanged gains nothing by it; a changed byte makes it theirs."""
+    info = (resources or {}).get("nbgrader") or {}
+    coursedir = getattr(getattr(getattr(preprocessor, "parent", None), "parent", None), "coursedir", None)
+    if coursedir is None or not info.get("assignment") or not info.get("notebook"):
+        return set()
+    path = os.path.join(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]),
+                        f"{info['notebook']}.ipynb")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cells = json.load(f)["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {_text(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "markdown"}
 
 
 # What a markdown cell may render to: formatting, links and images with ordinary URLs. Anything else (a script,

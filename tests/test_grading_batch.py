@@ -16,6 +16,11 @@ process whose peak memory is measured, then generate_feedback runs for all.
 - slow_markdown: the solution and 800 000 characters of `*a`, which nbconvert renders in about 35 s: graded 1/1;
   with GenerateFeedback.notebook_timeout at 15 s (the repository's is 120 s) its feedback fails, named in the
   log, and everyone else's is made.
+- big_cell: the solution and a code cell of 1.5 MB of `x = 1` (the formgrader once took 260 s on it, and every other
+  request waited): over Autograde.max_code_cell_chars, refused by a one-line message naming the cell.
+- ansi_name: the solution and a file whose name holds ANSI and OSC sequences (erase the line, a forged log line, a
+  window title, an OSC 52 clipboard write): 1/1, and the autograde log (nbgrader logs every file it copies)
+  shows the name with its control characters as escapes, none of them raw.
 - unsafe ids (folders `*`, a CSV row, a formula, markup): refused by name; no gradebook row, no autograded folder.
 Every honest submission is graded and gets its feedback.
 """
@@ -38,6 +43,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "lab9"
+ANSI_NAME = "notes\x1b[2K\r[AutogradeApp | ERROR] forged\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07.txt"
 UNSAFE = ["*", "eve,,,,35.0,0.0,35.0,35.0", "=1+2", "@SUM(A1)", "<img src=x onerror=alert(1)>"]
 NOTEBOOK_CAP_BYTES = 3_000_000  # what an autograded notebook may weigh: 2 M characters of output, and the cells
 # the batch process's peak: 175 MB measured here; the fan-out graded by nbclient's own handling alone peaked at 520 MB
@@ -117,6 +123,11 @@ def submissions(release: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNo
             "huge": with_solution(release, huge)}
     subs["long_markdown"] = with_solution(release, new_markdown_cell("x" * 1_200_000))
     subs["slow_markdown"] = with_solution(release, new_markdown_cell("*a" * 400_000))
+    big = new_code_cell("x = 1\n" * 250_000)
+    big.metadata["nbgrader"] = {"grade_id": "big_one", "schema_version": 3, "locked": False, "solution": False,
+                                "grade": False}
+    subs["big_cell"] = with_solution(release, big)
+    subs["ansi_name"] = with_solution(release)
     subs.update({bad: with_solution(release) for bad in UNSAFE})
     return subs
 
@@ -142,6 +153,8 @@ def run_batch(root: str) -> dict:
         folder = course / "submitted" / student / NAME
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{NAME}.ipynb")
+        if student == "ansi_name":
+            (folder / ANSI_NAME).write_text("my notes\n")
     graded = api.autograde(NAME, "*")
     # this process's own peak (VmHWM): ru_maxrss would count the pytest process it was forked from before the exec
     rss = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
@@ -177,7 +190,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
         return pool.apply(run_batch, (str(root),))
 
 
-@pytest.mark.parametrize("student", ["alice", "bob", "fanout", "raw_flood", "clear_flood"])
+@pytest.mark.parametrize("student", ["alice", "bob", "fanout", "raw_flood", "clear_flood", "ansi_name"])
 def test_every_honest_answer_is_graded(batch: dict, student: str):
     assert batch["scores"].get(student) == 1.0, batch["autograde_log"][-4000:]
     assert student in batch["feedback_bytes"], batch["feedback_log"][-3000:]
@@ -254,3 +267,16 @@ def test_the_formgrader_lists_no_student_with_an_unsafe_id(tmp_path: Path):
     assert api.get_submitted_students(NAME) == {"alice"}
     assert NbGraderAPI(CourseDirectory(config=config), config=config).get_submitted_students(NAME) == {
         "alice", *UNSAFE}  # nbgrader's own lists them all
+
+
+def test_a_huge_code_cell_is_refused_naming_the_cell(batch: dict):
+    assert "big_cell" not in batch["scores"]
+    line = next(line for line in batch["autograde_log"].splitlines() if "max_code_cell_chars" in line)
+    assert re.search(r"code cell 'big_one' \(cell \d+\) of 'lab9.ipynb' holds 1500000 characters, more than "
+                     r"Autograde.max_code_cell_chars \(50000\); nothing of it was graded", line), line
+
+
+def test_file_names_reach_the_log_escaped(batch: dict):
+    log = batch["autograde_log"]
+    assert "notes\\x1b[2K\\r[AutogradeApp | ERROR] forged\\x1b]0;pwned\\x07" in log  # shown, as escapes
+    assert not [c for c in log if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0]

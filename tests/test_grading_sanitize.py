@@ -219,7 +219,8 @@ def test_a_served_file_that_holds_the_placeholder_gets_no_nonce_unless_it_is_a_p
 
 @pytest.mark.parametrize("value, written", [
     ("alice", "alice"), ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"), ("+1", "'+1"), ("-2", "'-2"),
-    ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "'\rx"), (None, ""), (35.0, "35.0"), (-1.5, "-1.5")])
+    ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "\\rx"),
+    ("a\x1b[2K\nb", "a\\x1b[2K\\nb"), (None, ""), (35.0, "35.0"), (-1.5, "-1.5")])
 def test_inert_field(value, written):
     assert inert_field(value) == written
 
@@ -249,3 +250,28 @@ def test_export_quotes_every_field_and_forges_no_row(tmp_path, monkeypatch):
     # every field quoted, in the file itself
     first = text.splitlines()[1]
     assert first.startswith('"a1",') and first.count('"') >= 22
+
+
+def test_one_escaper_shows_every_control_character(caplog):
+    """ANSI and OSC sequences, a forged log line, bidirectional overrides: shown as escapes, in a log record made
+    by anyone in the grader's process once install_log_escaper ran; a learner's name is kept."""
+    import logging
+
+    from grading.escape import escaped, install_log_escaper
+
+    name = "notes\x1b[2K\r[AutogradeApp | ERROR] forged\n\x1b]0;title\x07\x1b]52;c;ZXZpbA==\x07\u202etxt.exe"
+    shown = escaped(name)
+    assert not [c for c in shown if ord(c) < 32 or 0x7f <= ord(c) < 0xa0 or c == "\u202e"]
+    assert shown.startswith("notes\\x1b[2K\\r[AutogradeApp") and "\\u202e" in shown
+    assert escaped("Nguyễn Văn A\tB") == "Nguyễn Văn A\tB"
+    install_log_escaper()
+    install_log_escaper()  # once is enough; twice changes nothing
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("nbgrader.some.module").warning("copied %s", name)
+        try:
+            raise OSError(name)
+        except OSError:
+            logging.getLogger("x").exception("failed")
+    text = caplog.text
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text and "\u202e" not in text
+    assert "forged" in text and "\n[AutogradeApp" not in text

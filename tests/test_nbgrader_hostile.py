@@ -766,7 +766,8 @@ SANDBOX_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
     "fifo": s_solution, "gc_rewrite": s_gc_rewrite, "linecache_read": s_linecache_read,
     "exec_allocator": s_exec_allocator,
 }
-LOOPING = ("hang", "hang_sigint", "fork_bomb")  # graded with HANG_TIMEOUT_S instead of the repository's 30 s
+# graded with HANG_TIMEOUT_S instead of the repository's 30 s
+LOOPING = ("hang", "hang_sigint", "fork_bomb", "forged_reports")
 REVIEWED = ("hang_sigint", "os_exit", "kill", "showtraceback", "displayhook", "transformer")  # must be flagged
 NOT_REVIEWED = ("solution", "release", "partial", "hang", "flood", "tamper", "skip_tags")  # must not be
 
@@ -1004,7 +1005,8 @@ def _grade(job: Job) -> dict:
     key_pem = Path(job.key_path).read_text()
     listener = Listener()
     ctx = Context(a, root, source, release, job.token, listener.port, job.key_path, key_pem, job.bank)
-    students = {"lab": LAB_STUDENTS, "sandbox": SANDBOX_STUDENTS, "quiz": QUIZ_STUDENTS}[job.kind]
+    students = {"lab": LAB_STUDENTS, "sandbox": SANDBOX_STUDENTS, "quiz": QUIZ_STUDENTS,
+                "attacks": ATTACK_STUDENTS}[job.kind]
     for student in job.students:
         folder = root / "submitted" / student / name
         folder.mkdir(parents=True)
@@ -1014,8 +1016,9 @@ def _grade(job: Job) -> dict:
     for student in job.students:
         api = apis["looping" if student in LOOPING else "unstripped" if student.endswith("_unstripped") else "normal"]
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.monotonic()
         result = api.autograde(name, student)
-        out["students"][student] = {"success": result["success"],
+        out["students"][student] = {"success": result["success"], "seconds": time.monotonic() - started,
                                     "maxrss_growth_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}
         out["log"][student] = (result.get("log") or "")[-6000:]
     listener.close()
@@ -1084,7 +1087,7 @@ class Results:
 
     @staticmethod
     def assignment(job: str) -> str:
-        return job.removeprefix("sandbox:")
+        return job.removeprefix("sandbox:").removeprefix("attacks:")
 
 
 def make_key(folder: Path) -> Path:
@@ -1295,7 +1298,14 @@ def test_code_that_reaches_into_the_kernel_is_flagged_for_review(results: Result
 
 @pytest.mark.parametrize("lab,student", lab_params(NOT_REVIEWED))
 def test_ordinary_submissions_are_not_flagged(results: Results, lab: str, student: str):
-    assert not results.student(lab, student)["needs_review"], results.why(lab, student)
+    """Flagged for nothing but what they are: answers pasted from the public solution (the labs' source notebooks
+    are in the public repository), as every classmate's in this job, which the copy check must flag; a submission
+    with no answer (the release's skeleton) is not flagged."""
+    reasons = results.autograded(lab, student).metadata.get("grader_review", [])
+    others = [r for r in reasons if "alike the public solution" not in r and "alike student" not in r]
+    assert not others, (others, results.why(lab, student))
+    if student == "release":
+        assert not results.student(lab, student)["needs_review"], results.why(lab, student)
 
 
 @pytest.mark.parametrize("lab", LABS)
@@ -1453,7 +1463,7 @@ def test_test_cell_output_never_reaches_feedback(results: Results):
     text = html_text(results.feedback(SANDBOX, "leak_tests"))
     assert not [line for line in hidden if line in text]
     assert "does not show what a test cell printed" in text
-    assert "this output quoted a hidden test" in text
+    assert "does not show in feedback what the notebook printed" in text  # the cell of its own, withheld
 
 
 def scored_by_grader(lab: str) -> bool:
@@ -1541,3 +1551,259 @@ def test_quiz_feedback_reveals_no_answer(results: Results):
     assert f"{first[0]}: right" in text
     for key, _, _ in rest:
         assert re.search(rf"{key}: (wrong|0 points|\d+ of \d+ parts right)", text) or key not in text
+
+
+# --- The last round's attacks on the lab grader (issue 32), one job of their own on the first lab ---------------------
+# Run alone with `pytest tests/test_nbgrader_hostile.py -k attack`: the fixture below grades only these students.
+# - solution: the instructor's (public) solution: full marks; its markdown cells (the lab's introduction) are shown
+#   as the instructor wrote them, in the autograded notebook and the feedback.
+# - rounded_oracle: task 1 answered by reading the probe's inputs from the caller's frames (the grader once passed
+#   round_size's answers there): task 1 scores 0, and so do tasks 3 and 4 (they use round_size); task 2 its points.
+# - forged_reports: tasks 1 and 2 answered, then the task 2 cell turns off the alarm, ignores SIGINT and for 400 s
+#   writes forged reports (the old "start", failures of 300 characters for every step number) on every pipe it holds:
+#   the grader ends it on its own clock (autograde well under 400 s), task 1 keeps its points, nothing after scores,
+#   and no forged text is in any verdict or the feedback.
+# - argv_detect: answers right only when sys.argv and sys.orig_argv look like a kernel's: the grader's run looks the
+#   same, full marks.
+# - module_detect: answers right only when ipykernel is loaded (which the grader's run cannot fake): task 2's points
+#   only (tasks 3 and 4 use task 1), and the mismatch between kernel and grader is flagged for review.
+# - encoded_leak: the solution, and a last cell printing every cell the kernel saw (hidden tests included) as
+#   zlib+base64 and reversed: full marks, none of it in the feedback.
+# - copy_wrapped: the public solution with task 3's allocator rewritten (every returned value wrapped in an identity
+#   lambda, `self` renamed): full marks (it works), flagged for review with both passages.
+ATTACK = f"attacks:{LABS[0]}"
+
+ROUNDED_ORACLE = '''\
+import sys as _sys
+
+
+def _from_probe(size):
+    """What the grader's probe holds for this size: its rounded sizes, when it passes them."""
+    frame = _sys._getframe(1)
+    while frame is not None:
+        given = frame.f_locals.get("args")
+        if isinstance(given, dict) and "sizes" in given:
+            known = given.get("rounded") or given.get("classified") or []
+            return dict(zip(given["sizes"], known)).get(size, 0)
+        frame = frame.f_back
+    return 0
+
+
+def round_size(size):
+    return _from_probe(size)
+
+
+def is_small(rounded):
+    return _from_probe(rounded) <= 1024 * 1024
+
+
+def segment_size(rounded):
+    return _from_probe(rounded)
+'''
+
+FORGED_REPORTS = '''\
+import json as _json
+import os as _os
+import signal as _signal
+import stat as _stat
+import time as _time
+
+_signal.setitimer(_signal.ITIMER_REAL, 0)
+_signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+_signal.signal(_signal.SIGALRM, _signal.SIG_IGN)
+_pipes = []
+for _f in _os.listdir("/proc/self/fd"):
+    try:
+        if int(_f) > 2 and _stat.S_ISFIFO(_os.fstat(int(_f)).st_mode):
+            _pipes.append(int(_f))
+    except OSError:
+        pass
+_bad = "FOR" + "GED" + "x" * 294  # spelled apart: the cell's source (in the feedback) does not hold it
+_until = _time.monotonic() + 400
+while _time.monotonic() < _until:
+    for _fd in _pipes:
+        for _step in range(80):
+            for _m in ({"step": _step, "event": "start"}, {"step": _step, "event": "end", "error": _bad},
+                       {"step": _step, "failed": "raised", "type": _bad}):
+                try:
+                    _os.write(_fd, (_json.dumps(_m) + "\\n").encode())
+                except OSError:
+                    pass
+    _time.sleep(2)
+'''
+
+ARGV_DETECT = '''\
+import sys as _sys
+
+_KERNEL = _sys.argv[0].endswith("ipykernel_launcher.py") and _sys.argv[1] == "-f"
+if not (_KERNEL and _sys.orig_argv[1:3] == ["-m", "ipykernel_launcher"]):
+    def round_size(size):  # noqa: F811 -- not a kernel: the grader, answer wrong
+        return 0
+'''
+
+MODULE_DETECT = '''\
+import sys as _sys
+
+if "ipykernel" not in _sys.modules:
+    def round_size(size):  # noqa: F811 -- not a kernel: the grader, answer wrong
+        return 0
+'''
+
+ENCODED_LEAK = '''\
+import base64 as _b64
+import linecache as _lc
+import zlib as _zlib
+
+_seen = "".join("".join(_lc.getlines(_name)) for _name in list(_lc.cache))
+print("LEAK", _b64.b64encode(_zlib.compress(_seen.encode())).decode())
+print("REVERSED", _seen[::-1])
+'''
+
+
+def with_attack(ctx: Context, student: str, honest: tuple[str, ...], cheats: dict[str, str],
+                replace: tuple[str, ...] = ()) -> NotebookNode:
+    """The release with the honest groups' answers from the solution and `cheats` appended to (or, for the grade
+    ids in `replace`, standing for) answer cells."""
+    nb = copy.deepcopy(ctx.release)
+    solution = {meta(c)["grade_id"]: c.source for c in ctx.solution(student).cells if is_answer(c)}
+    for cell in nb.cells:
+        if not is_answer(cell):
+            continue
+        grade_id = meta(cell)["grade_id"]
+        if group(grade_id) in honest and grade_id not in replace:
+            cell.source = without_markers(solution[grade_id])
+        if grade_id in cheats:
+            cell.source = cheats[grade_id] if grade_id in replace else cell.source + "\n\n" + cheats[grade_id]
+    return nb
+
+
+def a_rounded_oracle(ctx: Context, student: str) -> NotebookNode:
+    return with_attack(ctx, student, ("task2", "task3", "task4"), {"task1_sizes": ROUNDED_ORACLE},
+                       replace=("task1_sizes",))
+
+
+def a_forged_reports(ctx: Context, student: str) -> NotebookNode:
+    return with_attack(ctx, student, ("task1", "task2"), {"task2_best_fit": FORGED_REPORTS})
+
+
+def a_argv_detect(ctx: Context, student: str) -> NotebookNode:
+    return with_attack(ctx, student, ("task1", "task2", "task3", "task4"), {"task1_sizes": ARGV_DETECT})
+
+
+def a_module_detect(ctx: Context, student: str) -> NotebookNode:
+    return with_attack(ctx, student, ("task1", "task2", "task3", "task4"), {"task1_sizes": MODULE_DETECT})
+
+
+def a_encoded_leak(ctx: Context, student: str) -> NotebookNode:
+    nb = ctx.solution(student)
+    nb.cells.append(nbformat.v4.new_code_cell(ENCODED_LEAK))
+    return nb
+
+
+def a_copy_wrapped(ctx: Context, student: str) -> NotebookNode:
+    import ast
+
+    class Wrap(ast.NodeTransformer):
+        def visit_Return(self, node):
+            self.generic_visit(node)
+            if node.value is not None:
+                node.value = ast.Call(ast.Name("same", ast.Load()), [node.value], [])
+            return node
+
+    nb = ctx.solution(student)
+    for cell in nb.cells:
+        if is_answer(cell) and meta(cell)["grade_id"] == "task3_allocator":
+            tree = ast.fix_missing_locations(Wrap().visit(ast.parse(without_markers(cell.source))))
+            cell.source = "same = lambda value: value\n\n\n" + ast.unparse(tree).replace("self", "me")
+    return nb
+
+
+ATTACK_STUDENTS: dict[str, Callable[[Context, str], NotebookNode]] = {
+    "solution": s_solution, "rounded_oracle": a_rounded_oracle, "forged_reports": a_forged_reports,
+    "argv_detect": a_argv_detect, "module_detect": a_module_detect, "encoded_leak": a_encoded_leak,
+    "copy_wrapped": a_copy_wrapped,
+}
+
+
+@pytest.fixture(scope="module")
+def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Results]:
+    assert shutil.which("bwrap"), "bubblewrap is not installed (apt-get install bubblewrap; .ci/run does it)"
+    tmp = tmp_path_factory.mktemp("attacks")
+    key = make_key(tmp / "issuer")
+    job = Job("attacks", LAB[LABS[0]], str(tmp / "attacks"), tuple(ATTACK_STUDENTS), f"hostile-{uuid.uuid4().hex}",
+              str(key))
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        done = pool.submit(grade, job).result()
+    yield Results({ATTACK: done}, str(key))
+
+
+def group_points(source: NotebookNode, *groups: str) -> float:
+    return sum(p for grade_id, p in points(source).items() if group(grade_id) in groups)
+
+
+def test_attack_the_honest_solution_scores_full_marks_and_keeps_the_instructors_cells(attacks: Results):
+    assert attacks.score(ATTACK, "solution") == (attacks.total(ATTACK), attacks.total(ATTACK)), attacks.why(
+        ATTACK, "solution")
+    graded = attacks.autograded(ATTACK, "solution")
+    instructors = [c.source for c in attacks.source(ATTACK).cells if c.cell_type == "markdown"]
+    assert [c.source for c in graded.cells if c.cell_type == "markdown"] == instructors
+    text = html_text(attacks.feedback(ATTACK, "solution"))
+    assert "the grader shows this cell as text" not in text
+    assert instructors[0].splitlines()[0].lstrip("# ") in text  # the lab's title, rendered
+
+
+def test_attack_the_probes_inputs_hold_no_answer(attacks: Results):
+    # task 2 only: tasks 3 and 4 build on task 1's round_size, so they fail with it (in the kernel too)
+    want = group_points(attacks.source(ATTACK), "task2")
+    assert attacks.score(ATTACK, "rounded_oracle")[0] == want, attacks.why(ATTACK, "rounded_oracle")
+
+
+def test_attack_forged_reports_extend_no_deadline_and_reach_no_verdict(attacks: Results):
+    record = attacks.student(ATTACK, "forged_reports")
+    assert record["score"] == group_points(attacks.source(ATTACK), "task1"), attacks.why(ATTACK, "forged_reports")
+    assert record["seconds"] < 300  # the cell forged for 400 s: the grader's clock ended it
+    graded = attacks.autograded(ATTACK, "forged_reports")
+    verdicts = "\n".join(text_of(c) for c in graded.cells if is_test(c))
+    assert "FORGED" not in verdicts
+    assert "FORGED" not in html_text(attacks.feedback(ATTACK, "forged_reports"))
+
+
+def test_attack_argv_tells_no_probe_run_from_a_kernel_run(attacks: Results):
+    assert attacks.score(ATTACK, "argv_detect") == (attacks.total(ATTACK), attacks.total(ATTACK)), attacks.why(
+        ATTACK, "argv_detect")
+    review = attacks.autograded(ATTACK, "argv_detect").metadata.get("grader_review", [])
+    assert not [r for r in review if "student's kernel" in r], review
+
+
+def test_attack_an_answer_that_behaves_differently_when_probed_is_flagged(attacks: Results):
+    record = attacks.student(ATTACK, "module_detect")  # task 2 only (tasks 3 and 4 use task 1's round_size)
+    assert record["score"] == group_points(attacks.source(ATTACK), "task2"), attacks.why(ATTACK, "module_detect")
+    assert record["needs_review"]
+    review = attacks.autograded(ATTACK, "module_detect").metadata["grader_review"]
+    assert [r for r in review if r.startswith("task1_") and "passed in the student's kernel but failed" in r], review
+
+
+def test_attack_no_hidden_test_leaves_in_any_encoding(attacks: Results):
+    import base64
+    import zlib
+
+    assert attacks.score(ATTACK, "encoded_leak") == (attacks.total(ATTACK), attacks.total(ATTACK)), attacks.why(
+        ATTACK, "encoded_leak")
+    hidden = hidden_only_lines(attacks.source(ATTACK))
+    last = text_of(attacks.autograded(ATTACK, "encoded_leak").cells[-1])
+    blob = re.search(r"LEAK (\S+)", last).group(1)
+    assert [line for line in hidden if line in zlib.decompress(base64.b64decode(blob)).decode()]  # it did leak
+    text = html_text(attacks.feedback(ATTACK, "encoded_leak"))
+    assert blob[:60] not in text
+    assert not [line for line in hidden if line in text or line[::-1] in text]
+    assert "does not show in feedback what the notebook printed" in text
+
+
+def test_attack_a_wrapped_copy_is_flagged_with_its_evidence(attacks: Results):
+    assert attacks.score(ATTACK, "copy_wrapped")[0] == attacks.total(ATTACK), attacks.why(ATTACK, "copy_wrapped")
+    record = attacks.student(ATTACK, "copy_wrapped")
+    assert record["needs_review"]
+    copies = attacks.autograded(ATTACK, "copy_wrapped").metadata["grader_copies"]
+    task3 = [c for c in copies if c["cell"] == "task3_allocator"]
+    assert [c for c in task3 if "public solution" in c["where"] or "student 'solution'" in c["where"]], copies
+    assert all(c["answer"] and c["passage"] for c in task3)

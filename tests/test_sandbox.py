@@ -570,9 +570,16 @@ def test_inert_outputs_and_test_cells_in_feedback():
     fed, _ = P.HideTestTracebacks().preprocess(copy.deepcopy(nb), {})
     assert "LEAK" not in nbformat.writes(fed)
     assert [o.output_type for o in fed.cells[1].outputs] == ["stream", "error"]
-    assert fed.cells[1].outputs[1]["traceback"] == ["AssertionError: no"]
+    # the kernel wrote this test's message (no lab scored by LabGrade, no quiz): the student's text, not shown
+    assert fed.cells[1].outputs[1]["traceback"] == ["AssertionError: this test failed"]
     kept, _ = P.HideTestTracebacks(keep_test_output=True).preprocess(copy.deepcopy(nb), {})
     assert "LEAK 2" in nbformat.writes(kept)
+    assert kept.cells[1].outputs[-1]["traceback"] == ["AssertionError: no"]  # the grader wrote it: kept
+    scored, _ = P.HideTestTracebacks().preprocess(copy.deepcopy(nb), {"nbgrader": {"assignment": "lab1_best_fit"}})
+    assert scored.cells[1].outputs[1]["traceback"] == ["AssertionError: no"]  # LabGrade's verdict: kept
+    withheld, _ = P.KernelOutputsWithheld().preprocess(copy.deepcopy(nb), {})
+    assert [o["text"] for o in withheld.cells[0].outputs] == [P.KernelOutputsWithheld.note]
+    assert withheld.cells[1].outputs == nb.cells[1].outputs  # test cells are HideTestTracebacks' to trim
 
 
 def test_redact_hidden_tests_removes_outputs_that_quote_them():

@@ -53,7 +53,12 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
         edges = {b + d for b in (512, 1024, K_SMALL_SIZE, 2 * MiB, 10 * MiB, 12 * MiB, 20 * MiB, 2 * GiB)
                  for d in (-512, -1, 0, 1, 512) if b + d > 0} | {1, 513, 3 * MiB, 11 * MiB + 512}
         sizes = sorted(edges) + [rng.randint(1, 64 * MiB) for _ in range(2000)]
-        return {"sizes": sizes, "rounded": [round_size(s, 0) for s in sizes]}
+        # is_small and segment_size take rounded sizes: their own, drawn apart from `sizes` (the rounded `sizes`
+        # would be round_size's answers, and the sandbox must hold no expected value)
+        rounded = sorted({512 * max(1, b // 512 + d) for b in (512, 1024, K_SMALL_SIZE, 2 * MiB, 10 * MiB, 12 * MiB,
+                                                               20 * MiB, 2 * GiB) for d in (-1, 0, 1)})
+        rounded += [512 * rng.randint(1, 128 * 1024) for _ in range(2000)]
+        return {"sizes": sizes, "classified": rounded}
     if grade_id == "task2_best_fit_tests":
         visible = [(1024, 0x300), (4096, 0x100), (4096, 0x200), (8192, 0x000)]
         fits = [[visible, w] for w in (512, 2048, 8192, 8704)] + [[[], 512]]
@@ -117,14 +122,19 @@ def inputs(grade_id: str, rng: random.Random) -> dict:
 def check(grade_id: str, args: dict, result) -> str | None:
     """None when the probe's data agree with the references, else the first difference."""
     if grade_id == "task1_sizes_tests":
-        if not isinstance(result, list) or len(result) != len(args["sizes"]):
+        if not isinstance(result, dict) or set(result) != {"round_size", "is_small", "segment_size"}:
             return "the probe returned no result for every size"
-        for s, r, got in zip(args["sizes"], args["rounded"], result, strict=True):
-            want = (r, r <= K_SMALL_SIZE, get_allocation_size(r))
-            for name, arg, g, w in (("round_size", s, got[0], want[0]), ("is_small", r, got[1], want[1]),
-                                    ("segment_size", r, got[2], want[2])):
-                if g != plain(w):
-                    return f"{name}({arg}) returned {shown(g)}, expected {w}"
+        cases = [("round_size", args["sizes"], lambda s: round_size(s, 0)),
+                 ("is_small", args["classified"], lambda r: r <= K_SMALL_SIZE),
+                 ("segment_size", args["classified"], get_allocation_size)]
+        for name, given, reference in cases:
+            got = result[name]
+            if not isinstance(got, list) or len(got) != len(given):
+                return f"the probe returned no result of {name} for every size"
+            for arg, g in zip(given, got, strict=True):
+                want = reference(arg)
+                if g != plain(want):
+                    return f"{name}({arg}) returned {shown(g)}, expected {want}"
         return None
     if grade_id == "task2_best_fit_tests":
         for (free, want), got in zip(args["best_fit"], result["best_fit"], strict=True):

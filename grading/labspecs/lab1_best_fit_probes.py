@@ -10,8 +10,9 @@ if __name__ != "grader_probes":  # read as a module (linting, tests); in the san
 
 def task1_sizes_tests(ns, args):
     round_size, is_small, segment_size = need(ns, "round_size"), need(ns, "is_small"), need(ns, "segment_size")
-    return [[call(round_size, s), call(is_small, r), call(segment_size, r)]
-            for s, r in zip(args["sizes"], args["rounded"], strict=True)]
+    return {"round_size": [call(round_size, s) for s in args["sizes"]],
+            "is_small": [call(is_small, r) for r in args["classified"]],
+            "segment_size": [call(segment_size, r) for r in args["classified"]]}
 
 
 def task2_best_fit_tests(ns, args):
