@@ -96,10 +96,17 @@ class ContentSecurityPolicy(OutputTransform):
 
     hashes: list[str] = []
     base_url = "/"  # the server's (ServerApp.base_url), set when the extension loads
+    # The web app's settings, set when the extension loads. Under jupyterhub-singleuser (a hub's grading service)
+    # nbgrader's formgrader loads after this extension and after its first loop callback, so the formgrader is
+    # guarded again at each guarded request until it is: before any of its pages renders.
+    settings: dict | None = None
+    formgrader_guarded = False
 
     def __init__(self, request):
         super().__init__(request)
         self.guarded = is_guarded(request.path or "", self.base_url)
+        if self.guarded and not ContentSecurityPolicy.formgrader_guarded and self.settings is not None:
+            ContentSecurityPolicy.formgrader_guarded = guard_formgrader(self.settings)
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         if not self.guarded or status_code == 304:  # a 304's headers would replace those of the cached response
@@ -239,11 +246,14 @@ def _load_jupyter_server_extension(serverapp) -> None:
     webapp = serverapp.web_app
     ContentSecurityPolicy.hashes = handler_hashes(template_sources())
     ContentSecurityPolicy.base_url = webapp.settings.get("base_url") or "/"
+    ContentSecurityPolicy.settings, ContentSecurityPolicy.formgrader_guarded = webapp.settings, False
     webapp.transforms.insert(0, ContentSecurityPolicy)  # before compression: it reads and edits the page
 
     def guard() -> None:  # nbgrader's formgrader extension may load after this one: guard once all are loaded
-        if not guard_formgrader(webapp.settings):
-            serverapp.log.error("browser_guard: nbgrader's formgrader is not loaded; its pages are not escaped")
+        if guard_formgrader(webapp.settings):
+            ContentSecurityPolicy.formgrader_guarded = True
+        else:  # not yet: the first request under formgrader/ guards it (ContentSecurityPolicy.__init__)
+            serverapp.log.info("browser_guard: nbgrader's formgrader is not loaded yet; guarded at its first request")
 
     guard_formgrader(webapp.settings)
     guard_submission_page()

@@ -205,6 +205,26 @@ def test_the_policy_per_path(path, kind):
         assert again[1]["Content-Security-Policy"] != policy  # a fresh nonce per response
 
 
+def test_a_formgrader_that_loads_after_the_guard_is_guarded_at_its_first_request(monkeypatch):
+    """Under jupyterhub-singleuser nbgrader's formgrader puts its Jinja environment and exporter into the settings
+    after the guard's load and first loop callback: the first guarded request escapes them, before a page renders."""
+    from jinja2 import Environment
+    from nbconvert.exporters import HTMLExporter
+
+    settings: dict = {}
+    monkeypatch.setattr(guard.ContentSecurityPolicy, "settings", settings)
+    monkeypatch.setattr(guard.ContentSecurityPolicy, "formgrader_guarded", False)
+    guard.ContentSecurityPolicy(Request("/lab"))  # not guarded, and nothing to guard yet
+    guard.ContentSecurityPolicy(Request("/formgrader"))
+    assert not guard.ContentSecurityPolicy.formgrader_guarded
+    settings.update(nbgrader_jinja2_env=Environment(), nbgrader_exporter=HTMLExporter())  # the formgrader loads
+    guard.ContentSecurityPolicy(Request("/lab"))
+    assert not isinstance(settings["nbgrader_exporter"], guard.EscapingExporter)  # JupyterLab's pages: untouched
+    guard.ContentSecurityPolicy(Request("/formgrader/gradebook"))
+    assert isinstance(settings["nbgrader_exporter"], guard.EscapingExporter)
+    assert settings["nbgrader_jinja2_env"].autoescape and guard.ContentSecurityPolicy.formgrader_guarded
+
+
 def test_a_not_modified_reply_keeps_the_cached_response_headers():
     transform = guard.ContentSecurityPolicy(Request("/formgrader/static/js/utils.js"))
     assert transform.transform_first_chunk(304, {}, b"", True) == (304, {}, b"")
