@@ -17,9 +17,6 @@ it was signed. Only this project's `verify` reads it, and it names revoked ids (
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +30,7 @@ from .display import shown
 from .errors import CertError
 from .keys import did_key, public_key_from_did, verification_method
 from .proof import JCS_SUITE, add_proof, verify_proof
+from .status_list import write_public_json
 
 FORMAT = "minialloc-revocation-list"
 MAX_FILE_BYTES = 4 << 20  # about 20,000 entries; refuse anything larger unread
@@ -130,16 +128,5 @@ def revoke(list_path: Path | str, key: Ed25519PrivateKey, credential_id: str, re
     revoked.append({"id": credential_id, "date": when, **({"reason": reason} if reason else {})})
     unsigned = {"format": FORMAT, "version": 1, "issuer": did, "updated": when, "revoked": revoked}
     signed = add_proof(unsigned, key, verification_method(did), when, JCS_SUITE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # write beside it, then rename: a reader (or a crash) never sees half a list
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(signed, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # public, like issuer.json
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_public_json(path, signed)
     return parse_revocation_list(signed, did)

@@ -218,8 +218,9 @@ def load_status_list(path: Path | str, issuer_did: str, url: str | None = None) 
     return parse_status_list(_read_json(Path(path).expanduser(), "status list"), issuer_did, url)
 
 
-def _write_public(path: Path, data: dict[str, Any]) -> None:
-    """Write beside, then rename: a reader (or a crash) never sees half a file."""
+def write_public_json(path: Path, data: dict[str, Any]) -> None:
+    """A file the issuer publishes (0644, like issuer.json), written beside, then renamed: a reader (or a crash)
+    never sees half a file. The revocation list is written the same way."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -247,8 +248,8 @@ def create_status_list(path: Path | str, key: Ed25519PrivateKey, url: str, now: 
     for p in (path, ledger):
         if p.exists():
             raise CertError(f"refusing to overwrite {p}: the credentials issued against it would lose their status")
-    _write_public(path, status_list_credential(key, url, bytes(MIN_BITS // 8), now))
-    _write_public(ledger, {"format": LEDGER_FORMAT, "version": 1, "list": url, "issued": {}})
+    write_public_json(path, status_list_credential(key, url, bytes(MIN_BITS // 8), now))
+    write_public_json(ledger, {"format": LEDGER_FORMAT, "version": 1, "list": url, "issued": {}})
     return path
 
 
@@ -273,7 +274,7 @@ def allocate_index(list_path: Path | str, key: Ed25519PrivateKey, credential_id:
         if str(index) not in issued:
             break
     issued[str(index)] = credential_id
-    _write_public(ledger_path(path), {"format": LEDGER_FORMAT, "version": 1, "list": current.url,
+    write_public_json(ledger_path(path), {"format": LEDGER_FORMAT, "version": 1, "list": current.url,
                                       "issued": issued})
     return StatusEntry(current.url, index)
 
@@ -297,5 +298,5 @@ def revoke_index(list_path: Path | str, key: Ed25519PrivateKey, index: int, now:
     bits = bytearray(current.bits)
     bits[index // 8] |= 0x80 >> (index % 8)
     signed = status_list_credential(key, current.url, bytes(bits), now)
-    _write_public(path, signed)
+    write_public_json(path, signed)
     return parse_status_list(signed, did)
