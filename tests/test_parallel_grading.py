@@ -282,3 +282,87 @@ def test_a_bad_shard_says_how_to_write_one(bad: str):
 
 def test_names_in_the_log_are_escaped():
     assert shown("ok\x1b[31m\u202eevil\n") == "ok\\x1b[31m\\u202eevil\\n"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(url: str, token: str, method: str = "GET", body: dict | None = None):
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+def test_the_formgrader_reads_and_writes_the_postgres_gradebook(parallel: dict, tmp_path: Path):
+    """nbgrader's formgrader (its REST API, which its pages call) on the PostgreSQL gradebook the batch wrote: it
+    lists every submission with the batch's score, and a manual grade typed into it lands in PostgreSQL."""
+    import secrets
+    import urllib.error
+
+    from nbgrader.api import Gradebook
+
+    course, db_url = parallel["course"], parallel["db_url"]
+    (course / "nbgrader_config.py").write_text(  # what an instructor's course folder on PostgreSQL holds
+        "c = get_config()\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        f"c.CourseDirectory.db_url = {db_url!r}\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(tmp_path / 'exchange')!r}\n", encoding="utf-8")
+    token, port = secrets.token_hex(16), _free_port()
+    log = tmp_path / "formgrader.log"
+    server_env = {**env(), "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
+                  "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             f"--IdentityProvider.token={token}", "--ServerApp.password=", f"--ServerApp.root_dir={course}",
+             "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],
+            cwd=course, env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}/formgrader/api"
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # the server answers once its extensions (the formgrader among them) are loaded
+            assert process.poll() is None, log.read_text()[-3000:]
+            try:
+                listed = _api(f"{base}/submissions/{sc.NAME}", token)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.5)
+        scores = {s["student"]: s["score"] for s in listed if s["autograded"]}
+        assert scores == {student: g["total"] for student, g in parallel["grades"].items()}
+        student = "right0"
+        (notebook,) = [n for n in _api(f"{base}/submitted_notebooks/{sc.NAME}/{sc.NAME}", token)
+                       if n["student"] == student]
+        grade = next(g for g in _api(f"{base}/grades?submission_id={notebook['id']}", token)
+                     if g["name"] == "test_double")
+        with Gradebook(db_url, COURSE_ID) as gb:
+            stored = gb.find_grade("test_double", sc.NAME, sc.NAME, student)
+            before = (stored.score, stored.needs_manual_grade)
+        assert before[0] == grade["auto_score"] == 1
+        changed = _api(f"{base}/grade/{grade['id']}", token, "PUT", {"manual_score": 0.5})
+        assert changed["manual_score"] == 0.5 and not changed["needs_manual_grade"]
+        with Gradebook(db_url, COURSE_ID) as gb:  # in PostgreSQL, read by another connection
+            stored = gb.find_grade("test_double", sc.NAME, sc.NAME, student)
+            assert stored.score == 0.5
+            stored.manual_score, stored.needs_manual_grade = None, before[1]  # as autograde left it, for the rest
+            gb.db.commit()
+        with Gradebook(db_url, COURSE_ID) as gb:
+            stored = gb.find_grade("test_double", sc.NAME, sc.NAME, student)
+            assert (stored.score, stored.needs_manual_grade) == before
+    finally:
+        process.terminate()  # our own process only
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        (course / "nbgrader_config.py").unlink(missing_ok=True)
