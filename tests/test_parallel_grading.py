@@ -57,16 +57,21 @@ def nbgrader(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
+def course_id_args(db_url: str) -> list[str]:
+    """SQLite: no course id, as nbgrader's default has it (a one-instructor gradebook made before a course id was
+    set, the case copy-gradebook's --course-id is for); PostgreSQL needs one."""
+    return [f"--CourseDirectory.course_id={'' if db_url.startswith('sqlite') else COURSE_ID}"]
+
+
 def batch_args(course: Path, db_url: str, *extra: str) -> list[str]:
-    course_id = [] if db_url.startswith("sqlite") else [f"--CourseDirectory.course_id={COURSE_ID}"]
+    course_id = course_id_args(db_url)
     return [sys.executable, "-m", "grading", "autograde", sc.NAME, "--root", str(course), "--db", db_url,
             f"--Exchange.root={course / 'exchange'}", *course_id, *TIMEOUTS, *extra]
 
 
 def new_course(root: Path, db_url: str, kinds: dict[str, str]) -> Path:
     sc.write_source(root)
-    # the SQLite course as the repository's config has it, with no course id; PostgreSQL needs one
-    course_id = [] if db_url.startswith("sqlite") else [f"--CourseDirectory.course_id={COURSE_ID}"]
+    course_id = course_id_args(db_url)
     made = nbgrader("generate_assignment", sc.NAME, f"--CourseDirectory.root={root}",
                     f"--CourseDirectory.db_url={db_url}", f"--Exchange.root={root / 'exchange'}", *course_id)
     assert made.returncode == 0, made.stderr[-3000:]
