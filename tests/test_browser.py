@@ -412,12 +412,25 @@ def serve_make_target(command: list[str], tmp: Path) -> Iterator[MadeLab]:
         assert match.group(2) == env["PORT"]
         yield MadeLab(match.group(1), match.group(3), log, root)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # make and the JupyterLab it started
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+        # make and the JupyterLab it started: make exits at once, JupyterLab only once its shutdown is done, so
+        # wait for the whole process group, not for make alone (a JupyterLab outlived the test so)
+        os.killpg(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while group_alive(server) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if group_alive(server):
             os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+        server.wait(timeout=10)
+
+
+def group_alive(leader: subprocess.Popen) -> bool:
+    """Whether a process of the group `leader` heads is still running (the leader itself reaped if it is done)."""
+    leader.poll()
+    try:
+        os.killpg(leader.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
